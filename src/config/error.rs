@@ -1,0 +1,101 @@
+//! Configuration errors: each one names FILE:LINE:COL, and loading collects all of them.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_saphyr::{Location, Spanned};
+
+/// A position in a configuration file (1-based; 0 when unknown).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pos {
+    pub line: u64,
+    pub col: u64,
+}
+
+impl Pos {
+    pub fn of<T>(s: &Spanned<T>) -> Pos {
+        Pos::from(s.referenced)
+    }
+}
+
+impl From<Location> for Pos {
+    fn from(l: Location) -> Pos {
+        Pos {
+            line: l.line(),
+            col: l.column(),
+        }
+    }
+}
+
+/// One problem in the configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub pos: Pos,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let line = self.pos.line.max(1);
+        let col = self.pos.col.max(1);
+        write!(f, "{}:{line}:{col}: {}", self.file.display(), self.message)
+    }
+}
+
+/// Every error found while loading a configuration; never empty when returned as `Err`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects errors for one file.
+pub struct Sink<'a> {
+    pub file: &'a Path,
+    pub errors: &'a mut Vec<ConfigError>,
+}
+
+impl Sink<'_> {
+    pub fn at(&mut self, pos: Pos, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.to_path_buf(),
+            pos,
+            message: message.into(),
+        });
+    }
+
+    pub fn on<T>(&mut self, s: &Spanned<T>, message: impl Into<String>) {
+        self.at(Pos::of(s), message);
+    }
+}
+
+/// Turns a YAML parse or type error into a located error.
+pub fn from_yaml(file: &Path, e: &serde_saphyr::Error) -> ConfigError {
+    let pos = e.location().map(Pos::from).unwrap_or_default();
+    ConfigError {
+        file: file.to_path_buf(),
+        pos,
+        message: yaml_message(e),
+    }
+}
+
+/// serde-saphyr's Display adds a source snippet; keep only the first line, minus any
+/// trailing "at line X column Y" that FILE:LINE:COL already says.
+fn yaml_message(e: &serde_saphyr::Error) -> String {
+    let full = e.to_string();
+    let first = full.lines().next().unwrap_or("invalid YAML").trim();
+    match first.find(" at line ") {
+        Some(i) => first[..i].to_string(),
+        None => first.to_string(),
+    }
+}

@@ -1,0 +1,175 @@
+//! Health monitors: the profile's `monitor` with an endpoint's `monitor` merged over it
+//! field by field, validated after the merge (contract §3).
+
+use std::time::Duration;
+
+use super::check::{duration, int_in};
+use super::error::{Pos, Sink};
+use super::raw::{RawMonitor, S, StatusSpec};
+use crate::model::{Monitor, Protocol};
+
+/// The effective value of one field: the endpoint's when set, else the profile's.
+fn pick<'a, T>(
+    ep: Option<&'a RawMonitor>,
+    pr: Option<&'a RawMonitor>,
+    f: impl Fn(&'a RawMonitor) -> Option<&'a T>,
+) -> Option<&'a T> {
+    ep.and_then(&f).or_else(|| pr.and_then(&f))
+}
+
+/// Merges and validates; `at` locates errors about missing fields (the endpoint).
+pub fn resolve(
+    sink: &mut Sink<'_>,
+    profile: Option<&RawMonitor>,
+    endpoint: Option<&RawMonitor>,
+    at: Pos,
+) -> Option<Monitor> {
+    let before = sink.errors.len();
+    let protocol = protocol(sink, pick(endpoint, profile, |m| m.protocol.as_ref()))?;
+    let port = port(
+        sink,
+        pick(endpoint, profile, |m| m.port.as_ref()),
+        protocol,
+        at,
+    );
+    let path = pick(endpoint, profile, |m| m.path.as_ref());
+    if let (Protocol::Tcp, Some(p)) = (protocol, path) {
+        sink.on(p, "path is not allowed on a tcp monitor");
+    }
+    let path = path.map_or_else(|| "/".to_string(), |p| p.value.clone());
+    if !path.starts_with('/') {
+        sink.at(at, format!("path must start with '/', got {path:?}"));
+    }
+    let (interval, timeout) = timing(sink, endpoint, profile);
+    let tolerated = pick(endpoint, profile, |m| m.tolerated_failures.as_ref())
+        .map_or(Some(3), |v| int_in(sink, v, 0, 9, "tolerated_failures"));
+    let expected = expected_status(
+        sink,
+        pick(endpoint, profile, |m| m.expected_status.as_ref()),
+    );
+    let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_ref()));
+    let monitor = Monitor {
+        protocol,
+        port: port?,
+        path,
+        interval,
+        timeout,
+        tolerated_failures: tolerated?,
+        expected_status: expected,
+        headers,
+        body_contains: pick(endpoint, profile, |m| m.body_contains.as_ref())
+            .map(|b| b.value.clone()),
+        tls_verify: pick(endpoint, profile, |m| m.tls_verify.as_ref()).is_some_and(|b| b.value),
+    };
+    (sink.errors.len() == before).then_some(monitor)
+}
+
+fn protocol(sink: &mut Sink<'_>, v: Option<&S<String>>) -> Option<Protocol> {
+    match v.map(|s| s.value.as_str()) {
+        None | Some("http") => Some(Protocol::Http),
+        Some("https") => Some(Protocol::Https),
+        Some("tcp") => Some(Protocol::Tcp),
+        Some(other) => {
+            sink.on(
+                v?,
+                format!("protocol must be http, https or tcp, got {other:?}"),
+            );
+            None
+        }
+    }
+}
+
+fn port(sink: &mut Sink<'_>, v: Option<&S<i64>>, protocol: Protocol, at: Pos) -> Option<u16> {
+    match (v, protocol) {
+        (Some(v), _) => int_in(sink, v, 1, 65535, "port"),
+        (None, Protocol::Http) => Some(80),
+        (None, Protocol::Https) => Some(443),
+        (None, Protocol::Tcp) => {
+            sink.at(at, "a tcp monitor needs a port");
+            None
+        }
+    }
+}
+
+fn timing(
+    sink: &mut Sink<'_>,
+    ep: Option<&RawMonitor>,
+    pr: Option<&RawMonitor>,
+) -> (Duration, Duration) {
+    let interval_v = pick(ep, pr, |m| m.interval.as_ref());
+    let interval = interval_v
+        .and_then(|v| duration(sink, v, "interval"))
+        .unwrap_or(Duration::from_secs(30));
+    if let Some(v) = interval_v
+        && !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&interval)
+    {
+        sink.on(v, "interval must be between 1s and 1h");
+    }
+    let default_timeout =
+        Duration::from_secs(10).min(interval.saturating_sub(Duration::from_secs(1)));
+    let timeout_v = pick(ep, pr, |m| m.timeout.as_ref());
+    let timeout = timeout_v
+        .and_then(|v| duration(sink, v, "timeout"))
+        .unwrap_or(default_timeout);
+    if let Some(v) = timeout_v
+        && (timeout >= interval || timeout.is_zero())
+    {
+        sink.on(
+            v,
+            format!(
+                "timeout must be above 0 and below the interval ({})",
+                humantime::format_duration(interval)
+            ),
+        );
+    }
+    (interval, timeout)
+}
+
+fn expected_status(sink: &mut Sink<'_>, v: Option<&S<Vec<S<StatusSpec>>>>) -> Vec<(u16, u16)> {
+    let Some(list) = v else {
+        return vec![(200, 299)];
+    };
+    if list.value.is_empty() || list.value.len() > 8 {
+        sink.on(list, "expected_status must hold 1 to 8 codes or ranges");
+    }
+    list.value
+        .iter()
+        .filter_map(|s| status_range(sink, s))
+        .collect()
+}
+
+fn status_range(sink: &mut Sink<'_>, s: &S<StatusSpec>) -> Option<(u16, u16)> {
+    let parsed = match &s.value {
+        StatusSpec::Code(c) => u16::try_from(*c).ok().map(|c| (c, c)),
+        StatusSpec::Text(t) => match t.split_once('-') {
+            Some((a, b)) => a.trim().parse().ok().zip(b.trim().parse().ok()),
+            None => t.trim().parse().ok().map(|c| (c, c)),
+        },
+    };
+    match parsed {
+        Some((a, b)) if (100..=599).contains(&a) && (100..=599).contains(&b) && a <= b => {
+            Some((a, b))
+        }
+        _ => {
+            sink.on(
+                s,
+                "expected_status entries are codes 100-599 (\"200\") or ranges (\"200-299\")",
+            );
+            None
+        }
+    }
+}
+
+fn headers(
+    sink: &mut Sink<'_>,
+    v: Option<&S<std::collections::BTreeMap<String, String>>>,
+) -> Vec<(String, String)> {
+    let Some(map) = v else { return Vec::new() };
+    if map.value.len() > 8 {
+        sink.on(map, "at most 8 headers");
+    }
+    map.value
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}

@@ -1,0 +1,516 @@
+//! Reads `profiles/*.yaml` (several YAML documents a file) and validates each profile:
+//! names, endpoints, targets, per-method rules, monitors and nesting (contract §3).
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use hickory_proto::rr::Name;
+
+use super::check::{int_in, int_or};
+use super::error::{ConfigError, Pos, Sink, from_yaml};
+use super::monitor;
+use super::raw::{RawEndpoint, RawProfile, S};
+use super::zones::parse_name;
+use crate::dns::name::WireName;
+use crate::model::{Endpoint, Families, Method, Nested, Profile, Target};
+use crate::routing::weighted::hash_str;
+use crate::zone::Zone;
+
+/// Deepest allowed chain of nested profiles.
+pub const MAX_NESTING: usize = 10;
+
+/// One parsed profile document and the file it came from.
+pub struct Source {
+    pub file: PathBuf,
+    pub raw: RawProfile,
+}
+
+/// Every `*.yaml` / `*.yml` file of `dir`, in name order, each split into documents.
+pub fn read_dir(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| is_yaml(p))
+            .collect(),
+        Err(e) => {
+            errors.push(ConfigError {
+                file: dir.to_path_buf(),
+                pos: Pos::default(),
+                message: format!("cannot read profiles directory: {e}"),
+            });
+            return Vec::new();
+        }
+    };
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(ConfigError {
+                    file,
+                    pos: Pos::default(),
+                    message: format!("cannot read: {e}"),
+                });
+                continue;
+            }
+        };
+        match serde_saphyr::from_multiple::<RawProfile>(&text) {
+            Ok(docs) => out.extend(docs.into_iter().map(|raw| Source {
+                file: file.clone(),
+                raw,
+            })),
+            Err(e) => errors.push(from_yaml(&file, &e)),
+        }
+    }
+    out
+}
+
+fn is_yaml(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml")) && p.is_file()
+}
+
+/// A profile name resolved to its absolute form and zone.
+struct Named {
+    wire: WireName,
+    zone: usize,
+}
+
+/// Resolves a profile name: absolute ("www.tm.example.test.") or, with exactly one zone,
+/// relative to it ("www").
+fn resolve_name(sink: &mut Sink<'_>, v: &S<String>, zones: &[Zone]) -> Option<Named> {
+    let text = v.value.trim();
+    let origin = (zones.len() == 1 && !text.ends_with('.')).then(|| zones[0].origin.to_name());
+    if !text.ends_with('.') && zones.len() != 1 {
+        sink.on(
+            v,
+            format!(
+                "relative name {text:?} needs exactly one zone; write it absolute, ending in '.'"
+            ),
+        );
+        return None;
+    }
+    let wire = parse_name(sink, v, origin.as_ref())?;
+    let zone = zones
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| wire.is_within(&z.origin))
+        .max_by_key(|(_, z)| z.origin.as_bytes().len());
+    match zone {
+        Some((i, z)) if wire != z.origin => Some(Named { wire, zone: i }),
+        Some(_) => {
+            sink.on(
+                v,
+                format!("{wire} is a zone apex; a profile needs a name below it"),
+            );
+            None
+        }
+        None => {
+            sink.on(v, format!("{wire} is outside every zone"));
+            None
+        }
+    }
+}
+
+/// Validates every profile. Ids are positions in the returned vector.
+/// Also returns, for each profile, the index of its source document.
+pub fn build_all(
+    sources: &[Source],
+    zones: &[Zone],
+    errors: &mut Vec<ConfigError>,
+) -> (Vec<Profile>, Vec<usize>) {
+    let mut named: Vec<(usize, Named)> = Vec::new();
+    let mut ids: HashMap<WireName, usize> = HashMap::new();
+    for (i, src) in sources.iter().enumerate() {
+        let mut sink = Sink {
+            file: &src.file,
+            errors,
+        };
+        let Some(n) = resolve_name(&mut sink, &src.raw.name, zones) else {
+            continue;
+        };
+        if ids.contains_key(&n.wire) {
+            sink.on(&src.raw.name, format!("two profiles are named {}", n.wire));
+            continue;
+        }
+        ids.insert(n.wire.clone(), named.len());
+        named.push((i, n));
+    }
+    let profiles: Vec<Profile> = named
+        .iter()
+        .map(|(i, n)| {
+            let src = &sources[*i];
+            let mut sink = Sink {
+                file: &src.file,
+                errors,
+            };
+            Builder {
+                sink: &mut sink,
+                zones,
+                ids: &ids,
+            }
+            .profile(&src.raw, n)
+        })
+        .collect();
+    check_nesting(sources, &named, &profiles, errors);
+    (profiles, named.iter().map(|(i, _)| *i).collect())
+}
+
+/// Validates one profile. It always returns a profile (so ids stay positions); the load
+/// fails as a whole when any error was recorded.
+struct Builder<'s, 'f> {
+    sink: &'s mut Sink<'f>,
+    zones: &'s [Zone],
+    ids: &'s HashMap<WireName, usize>,
+}
+
+impl Builder<'_, '_> {
+    fn profile(&mut self, raw: &RawProfile, n: &Named) -> Profile {
+        let method = self.method(&raw.routing);
+        let sticky = raw.sticky.as_ref().is_some_and(|s| s.value);
+        if let (Some(s), Some(m)) = (&raw.sticky, method)
+            && s.value
+            && m != Method::Weighted
+        {
+            self.sink.on(
+                s,
+                "sticky applies to weighted, groups and zone routing only",
+            );
+        }
+        if let Some(g) = &raw.groups {
+            self.sink.on(g, "groups: is only used with routing: groups");
+        }
+        let max_return = match (&raw.max_return, method) {
+            (Some(v), Some(Method::Multivalue)) => {
+                int_in(self.sink, v, 1, 10, "max_return").unwrap_or(2)
+            }
+            (Some(v), _) => {
+                self.sink
+                    .on(v, "max_return applies to multivalue routing only");
+                2
+            }
+            (None, _) => 2,
+        };
+        let endpoints = match &raw.endpoints {
+            Some(eps) => self.endpoints(raw, eps, method),
+            None => {
+                self.sink.on(&raw.name, "a profile needs endpoints:");
+                Vec::new()
+            }
+        };
+        Profile {
+            name: n.wire.to_string(),
+            hash_seed: hash_str(&n.wire.to_string()),
+            wire: n.wire.clone(),
+            zone: n.zone,
+            ttl: int_or(self.sink, raw.ttl.as_ref(), 0, 2_147_483_647, "ttl", 30),
+            enabled: raw.enabled.unwrap_or(true),
+            method: method.unwrap_or(Method::Priority),
+            fail_open: raw.fail_open.unwrap_or(true),
+            max_return,
+            sticky,
+            endpoints,
+            families: Families::default(),
+        }
+    }
+
+    fn method(&mut self, v: &S<String>) -> Option<Method> {
+        match v.value.as_str() {
+            "priority" => Some(Method::Priority),
+            "weighted" => Some(Method::Weighted),
+            "multivalue" => Some(Method::Multivalue),
+            m @ ("performance" | "geographic" | "subnet" | "groups" | "zone") => {
+                self.sink
+                    .on(v, format!("routing: {m} is not available in this version"));
+                None
+            }
+            other => {
+                self.sink.on(v, format!("unknown routing method {other:?} (priority, weighted, performance, geographic, multivalue, subnet, groups, zone)"));
+                None
+            }
+        }
+    }
+
+    fn endpoints(
+        &mut self,
+        raw: &RawProfile,
+        eps: &S<Vec<S<RawEndpoint>>>,
+        method: Option<Method>,
+    ) -> Vec<Endpoint> {
+        let mut names = HashSet::new();
+        let mut priorities = HashSet::new();
+        let mut out = Vec::with_capacity(eps.value.len());
+        for (pos, ep) in eps.value.iter().enumerate() {
+            let e = self.endpoint(raw, ep, pos, method);
+            if !names.insert(e.name.clone()) {
+                self.sink.on(
+                    &ep.value.name,
+                    format!("duplicate endpoint name {:?}", e.name),
+                );
+            }
+            if !priorities.insert(e.priority) {
+                let at = ep.value.priority.as_ref().map_or(Pos::of(ep), Pos::of);
+                self.sink.at(
+                    at,
+                    format!(
+                        "duplicate priority {} (each endpoint needs its own)",
+                        e.priority
+                    ),
+                );
+            }
+            out.push(e);
+        }
+        out
+    }
+
+    fn endpoint(
+        &mut self,
+        raw: &RawProfile,
+        ep: &S<RawEndpoint>,
+        pos: usize,
+        method: Option<Method>,
+    ) -> Endpoint {
+        let e = &ep.value;
+        let name = e.name.value.clone();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
+            self.sink.on(
+                &e.name,
+                format!("endpoint name {name:?} must match [a-z0-9_-]+"),
+            );
+        }
+        let target = self.target(ep);
+        let nested = matches!(target, Target::Nested(_));
+        let always_serve = e.always_serve.as_ref().is_some_and(|a| a.value);
+        if nested {
+            for (set, key) in [
+                (e.always_serve.as_ref().map(Pos::of), "always_serve"),
+                (e.monitor.as_ref().map(Pos::of), "monitor"),
+            ] {
+                if let Some(at) = set {
+                    self.sink.at(at, format!("{key} does not apply to a nested endpoint (its status comes from the child profile)"));
+                }
+            }
+        }
+        if method == Some(Method::Multivalue) && !matches!(target, Target::V4(_) | Target::V6(_)) {
+            self.sink
+                .on(ep, "multivalue endpoints must have IP address targets");
+        }
+        let monitor = if nested {
+            None
+        } else {
+            monitor::resolve(
+                self.sink,
+                raw.monitor.as_ref().map(|m| &m.value),
+                e.monitor.as_ref().map(|m| &m.value),
+                Pos::of(ep),
+            )
+        };
+        Endpoint {
+            name_hash: hash_str(&name),
+            name,
+            target,
+            enabled: e.enabled.unwrap_or(true),
+            always_serve,
+            priority: int_or(
+                self.sink,
+                e.priority.as_ref(),
+                1,
+                1000,
+                "priority",
+                pos as u32 + 1,
+            ),
+            weight: int_or(self.sink, e.weight.as_ref(), 0, 1000, "weight", 1),
+            health_slot: usize::MAX,
+            monitor: if always_serve { None } else { monitor },
+        }
+    }
+
+    fn target(&mut self, ep: &S<RawEndpoint>) -> Target {
+        let e = &ep.value;
+        match (&e.target, &e.profile) {
+            (Some(t), None) => self.address_or_host(t),
+            (None, Some(p)) => Target::Nested(Nested {
+                child: self.child(p),
+                min_child: int_or(
+                    self.sink,
+                    e.min_child_endpoints.as_ref(),
+                    1,
+                    1000,
+                    "min_child_endpoints",
+                    1,
+                ),
+                min_child_v4: int_or(
+                    self.sink,
+                    e.min_child_endpoints_ipv4.as_ref(),
+                    0,
+                    1000,
+                    "min_child_endpoints_ipv4",
+                    0,
+                ),
+                min_child_v6: int_or(
+                    self.sink,
+                    e.min_child_endpoints_ipv6.as_ref(),
+                    0,
+                    1000,
+                    "min_child_endpoints_ipv6",
+                    0,
+                ),
+            }),
+            (Some(t), Some(_)) => {
+                self.sink
+                    .on(t, "an endpoint has either target: or profile:, not both");
+                Target::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            }
+            (None, None) => {
+                self.sink.on(
+                    ep,
+                    "an endpoint needs target: (address or host name) or profile: (nested)",
+                );
+                Target::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            }
+        }
+    }
+
+    fn address_or_host(&mut self, t: &S<String>) -> Target {
+        let text = t.value.trim();
+        if let Ok(ip) = text.parse::<IpAddr>() {
+            return match ip {
+                IpAddr::V4(a) => Target::V4(a),
+                IpAddr::V6(a) => Target::V6(a),
+            };
+        }
+        match Name::from_ascii(text) {
+            Ok(n) if text.ends_with('.') && n.num_labels() > 0 => {
+                Target::Host(WireName::from_name(&n))
+            }
+            _ => {
+                self.sink.on(t, format!("target {text:?} is neither an IP address nor an absolute host name (ending in '.')"));
+                Target::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            }
+        }
+    }
+
+    fn child(&mut self, p: &S<String>) -> usize {
+        let Some(n) = resolve_name(self.sink, p, self.zones) else {
+            return usize::MAX;
+        };
+        match self.ids.get(&n.wire) {
+            Some(&id) => id,
+            None => {
+                self.sink
+                    .on(p, format!("nested profile {} does not exist", n.wire));
+                usize::MAX
+            }
+        }
+    }
+}
+
+/// Rejects nesting cycles and chains deeper than `MAX_NESTING`.
+fn check_nesting(
+    sources: &[Source],
+    named: &[(usize, Named)],
+    profiles: &[Profile],
+    errors: &mut Vec<ConfigError>,
+) {
+    let mut depth: Vec<Option<usize>> = vec![None; profiles.len()];
+    for start in 0..profiles.len() {
+        let mut path = Vec::new();
+        if let Err(cycle) = nest_depth(profiles, start, &mut depth, &mut path) {
+            let src = &sources[named[cycle[0]].0];
+            let chain: Vec<&str> = cycle.iter().map(|&i| profiles[i].name.as_str()).collect();
+            errors.push(ConfigError {
+                file: src.file.clone(),
+                pos: Pos::of(&src.raw.name),
+                message: format!("nesting cycle: {}", chain.join(" -> ")),
+            });
+            return;
+        }
+    }
+    for (id, d) in depth.iter().enumerate() {
+        if *d == Some(MAX_NESTING + 1) {
+            let src = &sources[named[id].0];
+            errors.push(ConfigError {
+                file: src.file.clone(),
+                pos: Pos::of(&src.raw.name),
+                message: format!(
+                    "nesting deeper than {MAX_NESTING} levels below {}",
+                    profiles[id].name
+                ),
+            });
+        }
+    }
+}
+
+/// Longest chain of nested hops below `id`; `Err(cycle)` when a profile nests itself.
+fn nest_depth(
+    profiles: &[Profile],
+    id: usize,
+    memo: &mut [Option<usize>],
+    path: &mut Vec<usize>,
+) -> Result<usize, Vec<usize>> {
+    if let Some(d) = memo[id] {
+        return Ok(d);
+    }
+    if let Some(at) = path.iter().position(|&p| p == id) {
+        let mut cycle = path[at..].to_vec();
+        cycle.push(id);
+        return Err(cycle);
+    }
+    path.push(id);
+    let mut d = 0;
+    for ep in &profiles[id].endpoints {
+        if let Target::Nested(n) = &ep.target
+            && n.child < profiles.len()
+        {
+            d = d.max(1 + nest_depth(profiles, n.child, memo, path)?);
+        }
+    }
+    path.pop();
+    memo[id] = Some(d);
+    Ok(d)
+}
+
+/// Fills `Profile::families` bottom-up through nested children (no cycles by now).
+pub fn compute_families(profiles: &mut [Profile]) {
+    let mut memo: Vec<Option<Families>> = vec![None; profiles.len()];
+    for id in 0..profiles.len() {
+        families_of(profiles, id, &mut memo);
+    }
+    for (p, f) in profiles.iter_mut().zip(memo) {
+        p.families = f.unwrap_or_default();
+    }
+}
+
+fn families_of(profiles: &[Profile], id: usize, memo: &mut [Option<Families>]) -> Families {
+    if let Some(f) = memo[id] {
+        return f;
+    }
+    memo[id] = Some(Families::default()); // guards against cycles in unvalidated input
+    let mut f = Families::default();
+    for ep in profiles[id].endpoints.iter().filter(|e| e.enabled) {
+        f = f.union(match &ep.target {
+            Target::V4(_) => Families {
+                v4: true,
+                ..Families::default()
+            },
+            Target::V6(_) => Families {
+                v6: true,
+                ..Families::default()
+            },
+            Target::Host(_) => Families {
+                host: true,
+                ..Families::default()
+            },
+            Target::Nested(n) if n.child < profiles.len() => families_of(profiles, n.child, memo),
+            Target::Nested(_) => Families::default(),
+        });
+    }
+    memo[id] = Some(f);
+    f
+}

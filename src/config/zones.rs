@@ -1,0 +1,189 @@
+//! Builds `Zone`s from `zones:` entries: SOA, NS, inline static records and the optional
+//! RFC 1035 master file (parsed with hickory-proto's zone-file parser).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
+use hickory_proto::serialize::txt::Parser;
+
+use super::check::int_or;
+use super::error::{Pos, Sink};
+use super::raw::{RawZone, S};
+use crate::dns::name::WireName;
+use crate::zone::{Node, RrSet, Soa, TYPE_NS, TYPE_SOA, Zone};
+
+const MAX_TTL: i64 = 2_147_483_647;
+
+/// A zone being built; the serial and fingerprint are set once profiles are attached.
+pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone> {
+    let z = &raw.value;
+    let origin = parse_name(sink, &z.origin, None)?;
+    let origin_name = origin.to_name();
+    let ttl = int_or(sink, z.ttl.as_ref(), 0, MAX_TTL, "ttl", 3600u32);
+    let ns: Vec<WireName> =
+        z.ns.value
+            .iter()
+            .filter_map(|n| parse_name(sink, n, Some(&origin_name)))
+            .collect();
+    if z.ns.value.is_empty() {
+        sink.on(&z.ns, "a zone needs at least one ns");
+    }
+    let soa = soa(
+        sink,
+        z,
+        ns.first().cloned().unwrap_or_else(|| origin.clone()),
+        &origin_name,
+    )?;
+    let mut nodes: HashMap<WireName, Node> = HashMap::new();
+    let ns_rdata = ns.iter().map(|n| Box::<[u8]>::from(n.as_bytes())).collect();
+    let apex = nodes.entry(origin.clone()).or_default();
+    apex.rrsets.push(RrSet {
+        rtype: TYPE_NS,
+        ttl,
+        rdata: ns_rdata,
+    });
+    for rec in &z.records {
+        let text = format!("$ORIGIN {origin}\n$TTL {ttl}\n{}\n", rec.value);
+        add_records(
+            sink,
+            &mut nodes,
+            &origin,
+            Parser::new(text, None, Some(origin_name.clone())),
+            Pos::of(rec),
+        );
+    }
+    if let Some(file) = &z.file {
+        let path = base.join(&file.value);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let text = format!("$TTL {ttl}\n{text}");
+                let parser = Parser::new(text, Some(path.clone()), Some(origin_name.clone()));
+                add_records(sink, &mut nodes, &origin, parser, Pos::of(file));
+            }
+            Err(e) => sink.on(
+                file,
+                format!("cannot read zone file {}: {e}", path.display()),
+            ),
+        }
+    }
+    add_ancestors(&mut nodes, &origin);
+    let soa_rdata = soa.rdata(0);
+    Some(Zone {
+        origin,
+        soa,
+        serial: 0,
+        ttl,
+        soa_rdata,
+        nodes,
+        fingerprint: 0,
+    })
+}
+
+fn soa(sink: &mut Sink<'_>, z: &RawZone, first_ns: WireName, origin: &Name) -> Option<Soa> {
+    let s = &z.soa.value;
+    let mname = match &s.mname {
+        Some(m) => parse_name(sink, m, Some(origin))?,
+        None => first_ns,
+    };
+    let rname = parse_name(sink, &s.rname, Some(origin))?;
+    Some(Soa {
+        mname,
+        rname,
+        refresh: int_or(sink, s.refresh.as_ref(), 0, MAX_TTL, "refresh", 3600),
+        retry: int_or(sink, s.retry.as_ref(), 0, MAX_TTL, "retry", 600),
+        expire: int_or(sink, s.expire.as_ref(), 0, MAX_TTL, "expire", 604_800),
+        minimum: int_or(sink, s.minimum.as_ref(), 0, MAX_TTL, "minimum", 30),
+    })
+}
+
+/// Parses a domain name, relative names taken relative to `origin` (or as absolute).
+pub fn parse_name(sink: &mut Sink<'_>, v: &S<String>, origin: Option<&Name>) -> Option<WireName> {
+    match Name::parse(v.value.trim(), origin) {
+        Ok(n) if !v.value.trim().is_empty() => Some(WireName::from_name(&n)),
+        Ok(_) => {
+            sink.on(v, "empty domain name");
+            None
+        }
+        Err(e) => {
+            sink.on(v, format!("invalid domain name {:?}: {e}", v.value));
+            None
+        }
+    }
+}
+
+fn add_records(
+    sink: &mut Sink<'_>,
+    nodes: &mut HashMap<WireName, Node>,
+    origin: &WireName,
+    parser: Parser<'_>,
+    at: Pos,
+) {
+    let sets = match parser.parse() {
+        Ok((_, sets)) => sets,
+        Err(e) => return sink.at(at, format!("invalid record: {e}")),
+    };
+    for set in sets.values() {
+        let owner = WireName::from_name(set.name());
+        if !owner.is_within(origin) {
+            sink.at(at, format!("record {owner} is outside the zone {origin}"));
+            continue;
+        }
+        let rtype = set.record_type();
+        match rtype {
+            RecordType::SOA => sink.at(at, "SOA records are made from soa:, not given as records"),
+            RecordType::NS if owner == *origin => sink.at(at, "apex NS records come from ns:"),
+            RecordType::NS => sink.at(
+                at,
+                format!("delegation of {owner} (NS below the apex) is not supported"),
+            ),
+            _ => add_set(sink, nodes, owner, set, at),
+        }
+    }
+}
+
+fn add_set(
+    sink: &mut Sink<'_>,
+    nodes: &mut HashMap<WireName, Node>,
+    owner: WireName,
+    set: &hickory_proto::rr::RecordSet,
+    at: Pos,
+) {
+    let rtype = u16::from(set.record_type());
+    let ttl = set.ttl();
+    let mut rdata = Vec::new();
+    for rec in set.records_without_rrsigs() {
+        let mut buf = Vec::new();
+        let mut enc = BinEncoder::new(&mut buf);
+        // Canonical form: names in RDATA uncompressed, since the bytes are reused verbatim.
+        enc.set_canonical_form(true);
+        match rec.data.emit(&mut enc) {
+            Ok(()) => rdata.push(buf.into_boxed_slice()),
+            Err(e) => sink.at(at, format!("cannot encode record at {owner}: {e}")),
+        }
+    }
+    let node = nodes.entry(owner.clone()).or_default();
+    let has_cname = node.rrset(crate::zone::TYPE_CNAME).is_some();
+    if (rtype == crate::zone::TYPE_CNAME && !node.rrsets.is_empty()) || has_cname {
+        sink.at(
+            at,
+            format!("{owner}: a CNAME cannot share its name with other records"),
+        );
+    }
+    match node.rrsets.iter_mut().find(|r| r.rtype == rtype) {
+        Some(existing) => existing.rdata.extend(rdata),
+        None => node.rrsets.push(RrSet { rtype, ttl, rdata }),
+    }
+    debug_assert_ne!(rtype, TYPE_SOA);
+}
+
+/// Adds an empty node for every name between a record's owner and the apex.
+pub fn add_ancestors(nodes: &mut HashMap<WireName, Node>, origin: &WireName) {
+    let names: Vec<WireName> = nodes.keys().cloned().collect();
+    for name in names {
+        for anc in name.ancestors_below(origin) {
+            nodes.entry(anc).or_default();
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The one function both transports call: query bytes + client address + snapshot →
+//! response bytes (contract §4). UDP and TCP differ only in the size limit they pass, so
+//! their behaviour cannot diverge.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use rand::Rng;
+
+use super::request::{self, Ecs, Parsed, Request};
+use super::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
+use crate::health::HealthView;
+use crate::model::{Target, Want};
+use crate::routing::{self, Client, Ctx, Decision};
+use crate::snapshot::Snapshot;
+use crate::zone::{
+    Node, TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_AXFR, TYPE_CNAME, TYPE_HINFO, TYPE_IXFR, TYPE_NS,
+    TYPE_OPT, TYPE_SOA, Zone,
+};
+
+/// Offset of the question name in every message.
+const QNAME_AT: usize = 12;
+
+/// How the query arrived; decides the largest response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// Answers `query` from `src` into `out`. Returns false when the packet gets no reply.
+pub fn respond<R: Rng + ?Sized>(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    query: &[u8],
+    src: IpAddr,
+    transport: Transport,
+    rng: &mut R,
+    out: &mut Vec<u8>,
+) -> bool {
+    match request::parse(query) {
+        Parsed::Drop => false,
+        Parsed::Error {
+            id,
+            opcode,
+            rd,
+            rcode,
+            question,
+            opt,
+        } => {
+            let h = Header {
+                id,
+                opcode,
+                aa: false,
+                rd,
+                cd: false,
+                rcode,
+            };
+            let mut w = Writer::new(out, h, question);
+            if opt {
+                w.opt(0, None);
+            }
+            true
+        }
+        Parsed::Query(req) => {
+            let limit = match transport {
+                Transport::Udp => req.edns.map_or(512, |e| e.payload.clamp(512, EDNS_PAYLOAD)),
+                Transport::Tcp => u16::MAX,
+            };
+            let scope = answer(snap, health, &req, src, rng, out);
+            if out.len() > usize::from(limit) {
+                truncate(&req, scope, out);
+            }
+            true
+        }
+    }
+}
+
+/// What the reply's OPT record needs to know once the answer is written.
+struct Reply<'q> {
+    req: &'q Request<'q>,
+}
+
+impl Reply<'_> {
+    fn header(&self, rcode: u8, aa: bool) -> Header {
+        Header {
+            id: self.req.id,
+            opcode: 0,
+            aa,
+            rd: self.req.rd,
+            cd: self.req.cd,
+            rcode,
+        }
+    }
+
+    /// Adds the OPT (only when the query had one), with ECS echoed at `scope`.
+    fn finish(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8) {
+        let Some(edns) = self.req.edns else { return };
+        let ecs = edns.ecs.map(|e| ecs_echo(e, scope));
+        w.opt(
+            ext_rcode,
+            ecs.as_ref().map(|(f, s, sc, a)| (*f, *s, *sc, &a[..])),
+        );
+    }
+}
+
+fn ecs_echo(e: Ecs, scope: u8) -> (u16, u8, u8, [u8; 16]) {
+    let mut bytes = [0u8; 16];
+    match e.addr {
+        IpAddr::V4(a) => bytes[..4].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => bytes.copy_from_slice(&a.octets()),
+    }
+    // RFC 7871 §7.2.1: a /0 query gets a /0 scope.
+    let scope = if e.source == 0 { 0 } else { scope };
+    (e.family, e.source, scope, bytes)
+}
+
+/// Writes the full answer; returns the ECS scope used (for a truncated rewrite).
+fn answer<R: Rng + ?Sized>(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    req: &Request<'_>,
+    src: IpAddr,
+    rng: &mut R,
+    out: &mut Vec<u8>,
+) -> u8 {
+    let reply = Reply { req };
+    let simple = |out: &mut Vec<u8>, rcode: u8, ext: u8| {
+        let mut w = Writer::new(out, reply.header(rcode, false), Some(req.question));
+        reply.finish(&mut w, ext, 0);
+        0
+    };
+    if let Some(e) = req.edns
+        && e.version > 0
+    {
+        return simple(out, 0, (request::RCODE_BADVERS >> 4) as u8);
+    }
+    if req.qclass != 1 || matches!(req.qtype, TYPE_AXFR | TYPE_IXFR) {
+        return simple(out, request::RCODE_REFUSED, 0);
+    }
+    if req.qtype == TYPE_OPT {
+        return simple(out, request::RCODE_FORMERR, 0);
+    }
+    let Some((zone, origin_at)) = snap.find_zone(&req.qname) else {
+        return simple(out, request::RCODE_REFUSED, 0);
+    };
+    let client = client_of(req, src);
+    let apex = Owner::At(QNAME_AT + origin_at);
+    let Some(node) = zone.node(&req.qname) else {
+        return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
+    };
+    if let Some(pid) = node.profile {
+        let profile = &snap.profiles[pid];
+        if !profile.enabled {
+            return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
+        }
+        let want = match req.qtype {
+            TYPE_A => Want::A,
+            TYPE_AAAA => Want::Aaaa,
+            TYPE_CNAME => Want::Cname,
+            TYPE_ANY => return rfc8482(&reply, zone, out),
+            _ => return negative(&reply, zone, apex, request::RCODE_NOERROR, out),
+        };
+        let ctx = Ctx {
+            profiles: &snap.profiles,
+            health,
+        };
+        return match routing::route(ctx, pid, want, client, rng) {
+            Decision::Answer { endpoints, scope } => {
+                let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
+                for ep in &endpoints {
+                    endpoint_record(&mut w, &ep.target, profile.ttl);
+                }
+                reply.finish(&mut w, 0, scope);
+                scope
+            }
+            Decision::NoData { scope } => {
+                let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
+                w.record(
+                    Section::Authority,
+                    apex,
+                    TYPE_SOA,
+                    zone.negative_ttl(),
+                    &zone.soa_rdata,
+                );
+                reply.finish(&mut w, 0, scope);
+                scope
+            }
+        };
+    }
+    static_answer(&reply, zone, node, origin_at == 0, apex, out)
+}
+
+/// The client for routing: the ECS subnet if the query has one, else the source address.
+fn client_of(req: &Request<'_>, src: IpAddr) -> Client {
+    match req.edns.and_then(|e| e.ecs) {
+        Some(e) if e.source > 0 => Client {
+            addr: e.addr,
+            prefix: e.source,
+        },
+        Some(_) => Client {
+            addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            prefix: 0,
+        },
+        None => Client::from_addr(src),
+    }
+}
+
+fn endpoint_record(w: &mut Writer<'_>, target: &Target, ttl: u32) {
+    let owner = Owner::At(QNAME_AT);
+    match target {
+        Target::V4(a) => w.record(Section::Answer, owner, TYPE_A, ttl, &a.octets()),
+        Target::V6(a) => w.record(Section::Answer, owner, TYPE_AAAA, ttl, &a.octets()),
+        Target::Host(n) => w.record(Section::Answer, owner, TYPE_CNAME, ttl, n.as_bytes()),
+        Target::Nested(_) => unreachable!("routing resolves nested endpoints"),
+    }
+}
+
+/// NXDOMAIN or NODATA: SOA in authority with the negative TTL.
+fn negative(reply: &Reply<'_>, zone: &Zone, apex: Owner<'_>, rcode: u8, out: &mut Vec<u8>) -> u8 {
+    let mut w = Writer::new(out, reply.header(rcode, true), Some(reply.req.question));
+    w.record(
+        Section::Authority,
+        apex,
+        TYPE_SOA,
+        zone.negative_ttl(),
+        &zone.soa_rdata,
+    );
+    reply.finish(&mut w, 0, 0);
+    0
+}
+
+/// RFC 8482: answer ANY with one synthesized HINFO record instead of everything.
+fn rfc8482(reply: &Reply<'_>, zone: &Zone, out: &mut Vec<u8>) -> u8 {
+    let mut w = Writer::new(out, reply.header(0, true), Some(reply.req.question));
+    w.record(
+        Section::Answer,
+        Owner::At(QNAME_AT),
+        TYPE_HINFO,
+        zone.ttl,
+        b"\x07RFC8482\x00",
+    );
+    reply.finish(&mut w, 0, 0);
+    0
+}
+
+fn static_answer(
+    reply: &Reply<'_>,
+    zone: &Zone,
+    node: &Node,
+    is_apex: bool,
+    apex: Owner<'_>,
+    out: &mut Vec<u8>,
+) -> u8 {
+    let qtype = reply.req.qtype;
+    if qtype == TYPE_ANY {
+        return rfc8482(reply, zone, out);
+    }
+    let mut w = Writer::new(out, reply.header(0, true), Some(reply.req.question));
+    let owner = Owner::At(QNAME_AT);
+    if is_apex && qtype == TYPE_SOA {
+        w.record(Section::Answer, owner, TYPE_SOA, zone.ttl, &zone.soa_rdata);
+    } else if let Some(set) = node.rrset(qtype).or_else(|| node.rrset(TYPE_CNAME)) {
+        for rd in &set.rdata {
+            w.record(Section::Answer, owner, set.rtype, set.ttl, rd);
+        }
+        if set.rtype == TYPE_NS {
+            glue(&mut w, zone, &set.rdata);
+        }
+    } else {
+        w.record(
+            Section::Authority,
+            apex,
+            TYPE_SOA,
+            zone.negative_ttl(),
+            &zone.soa_rdata,
+        );
+    }
+    reply.finish(&mut w, 0, 0);
+    0
+}
+
+/// Addresses of in-zone name servers, in the additional section.
+fn glue(w: &mut Writer<'_>, zone: &Zone, ns_names: &[Box<[u8]>]) {
+    for ns in ns_names {
+        let Some(node) = zone.node(ns) else { continue };
+        for rtype in [TYPE_A, TYPE_AAAA] {
+            if let Some(set) = node.rrset(rtype) {
+                for rd in &set.rdata {
+                    w.record(Section::Additional, Owner::Wire(ns), rtype, set.ttl, rd);
+                }
+            }
+        }
+    }
+}
+
+/// Rewrites an oversized UDP answer as header + question (+ OPT) with TC set.
+fn truncate(req: &Request<'_>, scope: u8, out: &mut Vec<u8>) {
+    let reply = Reply { req };
+    let rcode = out[3] & 0x0f;
+    let aa = out[2] & 0x04 != 0;
+    let mut w = Writer::new(out, reply.header(rcode, aa), Some(req.question));
+    w.set_truncated();
+    reply.finish(&mut w, 0, scope);
+}

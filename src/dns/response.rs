@@ -1,0 +1,134 @@
+//! Writes a DNS response straight into a reusable buffer.
+//!
+//! The question is copied from the query as sent (so 0x20 case echo is free) and owner
+//! names inside it are written as compression pointers; record data comes pre-encoded
+//! from the zone. Nothing here allocates once the buffer has grown to its working size.
+
+use crate::zone::TYPE_OPT;
+
+/// Payload size we advertise and the largest UDP response we send (DNS flag day 2020).
+pub const EDNS_PAYLOAD: u16 = 1232;
+
+const CLASS_IN: u16 = 1;
+
+/// Where an owner name comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Owner<'a> {
+    /// A name already in the message, at this offset (e.g. 12: the question name).
+    At(usize),
+    /// An uncompressed wire-format name.
+    Wire(&'a [u8]),
+}
+
+/// Which section a record goes into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    Answer,
+    Authority,
+    Additional,
+}
+
+/// A response under construction.
+pub struct Writer<'b> {
+    buf: &'b mut Vec<u8>,
+    counts: [u16; 3],
+}
+
+/// Header fields of a response.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub id: u16,
+    pub opcode: u8,
+    pub aa: bool,
+    pub rd: bool,
+    pub cd: bool,
+    pub rcode: u8,
+}
+
+impl<'b> Writer<'b> {
+    pub fn new(buf: &'b mut Vec<u8>, h: Header, question: Option<&[u8]>) -> Writer<'b> {
+        buf.clear();
+        buf.extend_from_slice(&h.id.to_be_bytes());
+        let b2 = 0x80 | (h.opcode << 3) | (u8::from(h.aa) << 2) | u8::from(h.rd);
+        let b3 = (u8::from(h.cd) << 4) | (h.rcode & 0x0f);
+        buf.extend_from_slice(&[b2, b3, 0, u8::from(question.is_some()), 0, 0, 0, 0, 0, 0]);
+        if let Some(q) = question {
+            buf.extend_from_slice(q);
+        }
+        Writer {
+            buf,
+            counts: [0; 3],
+        }
+    }
+
+    pub fn record(
+        &mut self,
+        section: Section,
+        owner: Owner<'_>,
+        rtype: u16,
+        ttl: u32,
+        rdata: &[u8],
+    ) {
+        self.owner(owner);
+        self.buf.extend_from_slice(&rtype.to_be_bytes());
+        self.buf.extend_from_slice(&CLASS_IN.to_be_bytes());
+        self.buf.extend_from_slice(&ttl.to_be_bytes());
+        self.buf
+            .extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        self.buf.extend_from_slice(rdata);
+        self.bump(section);
+    }
+
+    fn owner(&mut self, owner: Owner<'_>) {
+        match owner {
+            Owner::At(off) => self
+                .buf
+                .extend_from_slice(&(0xc000 | off as u16).to_be_bytes()),
+            Owner::Wire(w) => self.buf.extend_from_slice(w),
+        }
+    }
+
+    fn bump(&mut self, section: Section) {
+        let i = section as usize;
+        self.counts[i] += 1;
+        let at = 6 + 2 * i;
+        self.buf[at..at + 2].copy_from_slice(&self.counts[i].to_be_bytes());
+    }
+
+    /// Appends the OPT record. `ext_rcode` is the upper 8 bits of a 12-bit RCODE; `ecs`
+    /// is (family, source prefix, scope prefix, address bytes).
+    pub fn opt(&mut self, ext_rcode: u8, ecs: Option<(u16, u8, u8, &[u8])>) {
+        self.buf.push(0);
+        self.buf.extend_from_slice(&TYPE_OPT.to_be_bytes());
+        self.buf.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
+        self.buf.extend_from_slice(&[ext_rcode, 0, 0, 0]);
+        match ecs {
+            None => self.buf.extend_from_slice(&[0, 0]),
+            Some((family, source, scope, addr)) => {
+                let bytes = &addr[..usize::from(source).div_ceil(8)];
+                let len = 4 + bytes.len() as u16;
+                self.buf.extend_from_slice(&(len + 4).to_be_bytes());
+                self.buf
+                    .extend_from_slice(&crate::dns::request::EDNS_CLIENT_SUBNET.to_be_bytes());
+                self.buf.extend_from_slice(&len.to_be_bytes());
+                self.buf.extend_from_slice(&family.to_be_bytes());
+                self.buf.extend_from_slice(&[source, scope]);
+                self.buf.extend_from_slice(bytes);
+            }
+        }
+        self.bump(Section::Additional);
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Sets the TC bit.
+    pub fn set_truncated(&mut self) {
+        self.buf[2] |= 0x02;
+    }
+}

@@ -1,0 +1,119 @@
+//! The TCP front end (RFC 7766): a small tokio loop that reads length-prefixed queries and
+//! answers each through the same responder as UDP, without the UDP size limit.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::responder::{Transport, respond};
+use crate::snapshot::Snapshot;
+
+/// Connections served at once; more are closed at accept.
+const MAX_CONNECTIONS: usize = 1024;
+/// A connection with no complete query for this long is closed.
+const IDLE: Duration = Duration::from_secs(10);
+
+/// Binds a listening socket (SO_REUSEADDR so restarts do not wait for TIME_WAIT).
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Accepts connections until `cancel` fires.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<ArcSwap<Snapshot>>,
+    cancel: CancellationToken,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => return tracing::error!(error = %e, "tcp listener unusable"),
+    };
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!(error = %e, "tcp accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "too many tcp connections; closing");
+            continue;
+        };
+        let (shared, cancel) = (shared.clone(), cancel.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                r = connection(stream, peer, shared) => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "tcp connection ended");
+                },
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<ArcSwap<Snapshot>>,
+) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut rng = SmallRng::from_os_rng();
+    let mut query = Vec::with_capacity(512);
+    let mut out = Vec::with_capacity(4096);
+    loop {
+        let len = match tokio::time::timeout(IDLE, stream.read_u16()).await {
+            Ok(Ok(len)) => usize::from(len),
+            Ok(Err(_)) | Err(_) => return Ok(()),
+        };
+        query.resize(len, 0);
+        tokio::time::timeout(IDLE, stream.read_exact(&mut query))
+            .await
+            .map_err(|_| std::io::ErrorKind::TimedOut)??;
+        let answered = {
+            let snap = shared.load();
+            respond(
+                &snap,
+                &*snap.health,
+                &query,
+                peer.ip(),
+                Transport::Tcp,
+                &mut rng,
+                &mut out,
+            )
+        };
+        if !answered {
+            return Ok(());
+        }
+        let mut framed = Vec::with_capacity(out.len() + 2);
+        framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
+        framed.extend_from_slice(&out);
+        stream.write_all(&framed).await?;
+    }
+}

@@ -1,0 +1,255 @@
+//! The UDP front end: one SO_REUSEPORT socket and one OS thread per core, each receiving
+//! and sending in batches with `recvmmsg`/`sendmmsg`.
+//!
+//! There is no task or channel per query and no lock: a worker loads the current snapshot
+//! once per batch, answers every packet of the batch into its own reusable buffers, and
+//! sends the replies in one system call. A short receive timeout lets it notice shutdown.
+
+use std::io;
+use std::mem::{MaybeUninit, size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio_util::sync::CancellationToken;
+
+use super::responder::{Transport, respond};
+use crate::snapshot::Snapshot;
+
+/// Packets taken per system call.
+const BATCH: usize = 32;
+/// Largest query read; larger datagrams are cut and then fail to parse.
+const MAX_QUERY: usize = 4096;
+/// How often an idle worker checks for shutdown.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Binds `count` sockets sharing `addr` (SO_REUSEPORT) so the kernel spreads packets.
+pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<UdpSocket>> {
+    (0..count.max(1))
+        .map(|_| {
+            let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+            if addr.is_ipv6() {
+                s.set_only_v6(true)?;
+            }
+            s.set_reuse_port(true)?;
+            // A larger buffer absorbs bursts; failure to enlarge it is harmless.
+            let _ = s.set_recv_buffer_size(4 << 20);
+            s.set_read_timeout(Some(POLL))?;
+            s.bind(&addr.into())?;
+            Ok(s.into())
+        })
+        .collect()
+}
+
+/// Serves one socket until `cancel` fires. Blocking: run it on its own thread.
+pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: CancellationToken) {
+    let mut worker = Worker::new();
+    let mut rng = SmallRng::from_os_rng();
+    while !cancel.is_cancelled() {
+        let n = match worker.receive(&sock) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "udp receive failed");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let snap = shared.load();
+        let mut replies = 0;
+        for i in 0..n {
+            let Some(src) = worker.source(i) else {
+                continue;
+            };
+            let len = worker.lens[i];
+            let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
+            if respond(
+                &snap,
+                &*snap.health,
+                query,
+                src.ip(),
+                Transport::Udp,
+                &mut rng,
+                out,
+            ) {
+                worker.dest[replies] = src;
+                replies += 1;
+            }
+        }
+        if let Err(e) = worker.send(&sock, replies) {
+            tracing::debug!(error = %e, "udp send failed");
+        }
+    }
+}
+
+/// Reusable buffers of one worker.
+struct Worker {
+    rx: Vec<Box<[u8; MAX_QUERY]>>,
+    lens: [usize; BATCH],
+    addrs: [libc::sockaddr_storage; BATCH],
+    tx: Vec<Vec<u8>>,
+    dest: [SocketAddr; BATCH],
+}
+
+impl Worker {
+    fn new() -> Worker {
+        Worker {
+            rx: (0..BATCH).map(|_| Box::new([0u8; MAX_QUERY])).collect(),
+            lens: [0; BATCH],
+            // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+            addrs: unsafe { zeroed() },
+            tx: (0..BATCH).map(|_| Vec::with_capacity(1500)).collect(),
+            dest: [SocketAddr::from(([0, 0, 0, 0], 0)); BATCH],
+        }
+    }
+
+    /// Waits for at least one datagram, then takes whatever else is queued (up to BATCH).
+    fn receive(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        let mut iov: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
+        // SAFETY: mmsghdr is plain old data; every field we rely on is set below.
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+        for i in 0..BATCH {
+            iov[i].write(libc::iovec {
+                iov_base: self.rx[i].as_mut_ptr().cast(),
+                iov_len: MAX_QUERY,
+            });
+            msgs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
+            msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
+            msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        }
+        // SAFETY: msgs points at BATCH valid headers whose buffers outlive the call.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        for (len, m) in self.lens.iter_mut().zip(&msgs).take(n) {
+            *len = (m.msg_len as usize).min(MAX_QUERY);
+        }
+        Ok(n)
+    }
+
+    fn source(&self, i: usize) -> Option<SocketAddr> {
+        sockaddr_to_std(&self.addrs[i])
+    }
+
+    /// Sends the first `count` replies, retrying after partial sends.
+    fn send(&mut self, sock: &UdpSocket, count: usize) -> io::Result<()> {
+        let mut sent = 0;
+        while sent < count {
+            let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] =
+                [const { MaybeUninit::uninit() }; BATCH];
+            let mut iov: [MaybeUninit<libc::iovec>; BATCH] =
+                [const { MaybeUninit::uninit() }; BATCH];
+            // SAFETY: as in receive().
+            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+            let todo = count - sent;
+            for k in 0..todo {
+                let i = sent + k;
+                let (storage, len) = std_to_sockaddr(self.dest[i]);
+                addrs[k].write(storage);
+                iov[k].write(libc::iovec {
+                    iov_base: self.tx[i].as_mut_ptr().cast(),
+                    iov_len: self.tx[i].len(),
+                });
+                msgs[k].msg_hdr.msg_iov = iov[k].as_mut_ptr();
+                msgs[k].msg_hdr.msg_iovlen = 1;
+                msgs[k].msg_hdr.msg_name = addrs[k].as_mut_ptr().cast();
+                msgs[k].msg_hdr.msg_namelen = len;
+            }
+            // SAFETY: the first `todo` headers are initialised and point at live buffers.
+            let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), todo as u32, 0) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // Skip the datagram that failed (e.g. an unreachable address) and go on.
+                sent += 1;
+                if sent >= count {
+                    return Err(e);
+                }
+                continue;
+            }
+            sent += (n as usize).max(1);
+        }
+        Ok(())
+    }
+}
+
+fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let a: &libc::sockaddr_in = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let a: &libc::sockaddr_in6 = unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn std_to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    let s: socket2::SockAddr = addr.into();
+    // SAFETY: SockAddr holds a valid sockaddr of `len` bytes, at most sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            s.as_ptr().cast::<u8>(),
+            (&raw mut storage).cast::<u8>(),
+            s.len() as usize,
+        );
+    }
+    (storage, s.len())
+}
+
+/// The address a client should use: the bound address, unspecified IPs as loopback.
+pub fn local_addr(sock: &UdpSocket) -> io::Result<SocketAddr> {
+    let a = sock.local_addr()?;
+    Ok(match a.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), a.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), a.port())
+        }
+        _ => a,
+    })
+}

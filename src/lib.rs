@@ -1,0 +1,16 @@
+//! steerdns: an authoritative DNS traffic manager.
+//!
+//! The crate is split into a functional core — `config` (YAML to an immutable `Snapshot`),
+//! `routing` (pure decisions), `dns::request`/`response`/`responder` (bytes in, bytes out) —
+//! and an imperative shell — `dns::udp`, `dns::tcp` and `server` — that only moves data in
+//! and out of it. `main.rs` is a thin CLI over `commands`.
+
+pub mod commands;
+pub mod config;
+pub mod dns;
+pub mod health;
+pub mod model;
+pub mod routing;
+pub mod server;
+pub mod snapshot;
+pub mod zone;

@@ -1,0 +1,169 @@
+//! The validated, immutable shape of a traffic-management profile.
+//!
+//! These types are what the routing core reads on every query. They are built once per
+//! configuration load by `config::validate` and never mutated afterwards; anything that
+//! changes at run time (endpoint health) lives in `health` and is addressed by slot.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use crate::dns::name::WireName;
+
+/// Index of a profile in `Snapshot::profiles`.
+pub type ProfileId = usize;
+
+/// How a profile chooses among its endpoints (contract §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Priority,
+    Weighted,
+    Multivalue,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Priority => "priority",
+            Method::Weighted => "weighted",
+            Method::Multivalue => "multivalue",
+        }
+    }
+}
+
+/// What an endpoint answers with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    V4(Ipv4Addr),
+    V6(Ipv6Addr),
+    /// A host name, answered as a CNAME.
+    Host(WireName),
+    /// Another profile, resolved recursively for the same query.
+    Nested(Nested),
+}
+
+/// The parent-side settings of a nested endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nested {
+    pub child: ProfileId,
+    pub min_child: u32,
+    pub min_child_v4: u32,
+    pub min_child_v6: u32,
+}
+
+/// Which query types a target (or a whole profile, recursively) can answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Families {
+    pub v4: bool,
+    pub v6: bool,
+    pub host: bool,
+}
+
+impl Families {
+    pub fn union(self, other: Families) -> Families {
+        Families {
+            v4: self.v4 || other.v4,
+            v6: self.v6 || other.v6,
+            host: self.host || other.host,
+        }
+    }
+
+    /// Whether something of these families can answer a query of `want`.
+    pub fn answers(self, want: Want) -> bool {
+        match want {
+            Want::A => self.v4 || self.host,
+            Want::Aaaa => self.v6 || self.host,
+            Want::Cname => self.host,
+        }
+    }
+}
+
+/// The query types a profile name answers with routing (others get NODATA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    A,
+    Aaaa,
+    Cname,
+}
+
+/// A resolved health monitor (profile monitor with the endpoint's overrides merged).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Monitor {
+    pub protocol: Protocol,
+    pub port: u16,
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub tolerated_failures: u8,
+    pub expected_status: Vec<(u16, u16)>,
+    pub headers: Vec<(String, String)>,
+    pub body_contains: Option<String>,
+    pub tls_verify: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Http,
+    Https,
+    Tcp,
+}
+
+/// One endpoint of a profile.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub name: String,
+    /// Stable hash of `name`, for sticky (rendezvous) picks.
+    pub name_hash: u64,
+    pub target: Target,
+    pub enabled: bool,
+    pub always_serve: bool,
+    pub priority: u32,
+    pub weight: u32,
+    /// Slot in the health table; nested endpoints derive their status instead.
+    pub health_slot: usize,
+    /// `None` for nested and `always_serve` endpoints, which are never probed.
+    pub monitor: Option<Monitor>,
+}
+
+impl Endpoint {
+    pub fn families(&self, profiles: &[Profile]) -> Families {
+        match &self.target {
+            Target::V4(_) => Families {
+                v4: true,
+                ..Families::default()
+            },
+            Target::V6(_) => Families {
+                v6: true,
+                ..Families::default()
+            },
+            Target::Host(_) => Families {
+                host: true,
+                ..Families::default()
+            },
+            Target::Nested(n) => profiles[n.child].families,
+        }
+    }
+
+    pub fn can_answer(&self, want: Want, profiles: &[Profile]) -> bool {
+        self.families(profiles).answers(want)
+    }
+}
+
+/// A profile: one DNS name and the method that picks its answer.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Absolute, as written by the operator (for logs and the admin API).
+    pub name: String,
+    pub wire: WireName,
+    pub zone: usize,
+    pub ttl: u32,
+    pub enabled: bool,
+    pub method: Method,
+    pub fail_open: bool,
+    pub max_return: u8,
+    pub sticky: bool,
+    /// Stable hash of the name, so sticky picks of different profiles are independent.
+    pub hash_seed: u64,
+    pub endpoints: Vec<Endpoint>,
+    /// Union of what the enabled endpoints can answer, through nested children.
+    pub families: Families,
+}

@@ -1,0 +1,89 @@
+//! One immutable view of the whole configuration: zones, profiles and the health table.
+//!
+//! The server holds it in an `ArcSwap`; each query (or batch of queries) loads it once and
+//! never sees a half-applied reload.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::dns::name::{WireName, suffix_offset};
+use crate::health::HealthTable;
+use crate::model::Profile;
+use crate::zone::Zone;
+
+/// Where the server listens (from `listen:`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listen {
+    pub dns: Vec<SocketAddr>,
+    pub admin: Option<SocketAddr>,
+}
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub generation: u64,
+    pub listen: Listen,
+    pub zones: Vec<Zone>,
+    zone_index: HashMap<WireName, usize>,
+    pub profiles: Vec<Profile>,
+    pub health: Arc<HealthTable>,
+    /// The `profiles:` directory, for the file watcher.
+    pub profiles_dir: PathBuf,
+}
+
+impl Snapshot {
+    pub fn new(
+        listen: Listen,
+        zones: Vec<Zone>,
+        profiles: Vec<Profile>,
+        health: Arc<HealthTable>,
+        profiles_dir: PathBuf,
+    ) -> Snapshot {
+        let zone_index = zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| (z.origin.clone(), i))
+            .collect();
+        Snapshot {
+            generation: 0,
+            listen,
+            zones,
+            zone_index,
+            profiles,
+            health,
+            profiles_dir,
+        }
+    }
+
+    /// The zone holding `qname` (lower-case wire format): the longest matching origin,
+    /// with the byte offset where the origin starts inside `qname`.
+    pub fn find_zone(&self, qname: &[u8]) -> Option<(&Zone, usize)> {
+        let mut pos = 0;
+        while pos < qname.len() {
+            if let Some(&i) = self.zone_index.get(&qname[pos..]) {
+                return Some((&self.zones[i], pos));
+            }
+            if qname[pos] == 0 {
+                return None;
+            }
+            pos += qname[pos] as usize + 1;
+        }
+        None
+    }
+
+    /// A profile by absolute name (case-insensitive).
+    pub fn profile_by_name(&self, name: &WireName) -> Option<usize> {
+        let (zone, _) = self.find_zone(name.as_bytes())?;
+        zone.node(name.as_bytes())?.profile
+    }
+
+    pub fn endpoint_count(&self) -> usize {
+        self.profiles.iter().map(|p| p.endpoints.len()).sum()
+    }
+
+    /// Offset of `zone`'s origin inside `qname`, if `qname` is within it.
+    pub fn origin_offset(zone: &Zone, qname: &[u8]) -> Option<usize> {
+        suffix_offset(qname, zone.origin.as_bytes())
+    }
+}
