@@ -33,10 +33,7 @@ impl Status {
 
     /// Serving: may be picked without fail-open.
     pub fn is_serving(self) -> bool {
-        matches!(
-            self,
-            Status::Online | Status::Checking | Status::Unmonitored
-        )
+        matches!(self, Status::Online | Status::Checking | Status::Unmonitored)
     }
 
     fn from_u8(v: u8) -> Status {
@@ -70,12 +67,7 @@ pub struct HealthTable {
 
 impl HealthTable {
     pub fn new(initial: impl IntoIterator<Item = Status>) -> HealthTable {
-        HealthTable {
-            slots: initial
-                .into_iter()
-                .map(|s| AtomicU8::new(s as u8))
-                .collect(),
-        }
+        HealthTable { slots: initial.into_iter().map(|s| AtomicU8::new(s as u8)).collect() }
     }
 
     pub fn set(&self, slot: usize, status: Status) {
@@ -93,9 +85,9 @@ impl HealthTable {
 
 impl HealthView for HealthTable {
     fn status(&self, slot: usize) -> Status {
-        self.slots.get(slot).map_or(Status::Degraded, |s| {
-            Status::from_u8(s.load(Ordering::Relaxed))
-        })
+        self.slots
+            .get(slot)
+            .map_or(Status::Degraded, |s| Status::from_u8(s.load(Ordering::Relaxed)))
     }
 }
 
@@ -134,10 +126,7 @@ mod tests {
         }
         t.set(0, Status::Degraded);
         assert_eq!(t.status(0), Status::Degraded);
-        let o = Overlay {
-            base: &t,
-            overrides: &[(1, Status::Degraded)],
-        };
+        let o = Overlay { base: &t, overrides: &[(1, Status::Degraded)] };
         assert_eq!(o.status(1), Status::Degraded);
         assert_eq!(o.status(2), Status::Degraded);
         assert_eq!(o.status(5), Status::Unmonitored);

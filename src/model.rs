@@ -60,11 +60,7 @@ pub struct Families {
 
 impl Families {
     pub fn union(self, other: Families) -> Families {
-        Families {
-            v4: self.v4 || other.v4,
-            v6: self.v6 || other.v6,
-            host: self.host || other.host,
-        }
+        Families { v4: self.v4 || other.v4, v6: self.v6 || other.v6, host: self.host || other.host }
     }
 
     /// Whether something of these families can answer a query of `want`.
@@ -127,18 +123,9 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn families(&self, profiles: &[Profile]) -> Families {
         match &self.target {
-            Target::V4(_) => Families {
-                v4: true,
-                ..Families::default()
-            },
-            Target::V6(_) => Families {
-                v6: true,
-                ..Families::default()
-            },
-            Target::Host(_) => Families {
-                host: true,
-                ..Families::default()
-            },
+            Target::V4(_) => Families { v4: true, ..Families::default() },
+            Target::V6(_) => Families { v6: true, ..Families::default() },
+            Target::Host(_) => Families { host: true, ..Families::default() },
             Target::Nested(n) => profiles[n.child].families,
         }
     }

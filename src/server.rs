@@ -19,10 +19,7 @@ pub enum ServerError {
     #[error("configuration is invalid:\n{0}")]
     Config(#[from] ConfigErrors),
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -84,8 +81,7 @@ impl Server {
                 .map_err(|e| bind_err(addr, e))?;
             self.udp_threads.push(t);
         }
-        self.tasks
-            .spawn(tcp::serve(tcp, self.shared.clone(), self.cancel.clone()));
+        self.tasks.spawn(tcp::serve(tcp, self.shared.clone(), self.cancel.clone()));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())

@@ -40,20 +40,8 @@ impl Snapshot {
         health: Arc<HealthTable>,
         profiles_dir: PathBuf,
     ) -> Snapshot {
-        let zone_index = zones
-            .iter()
-            .enumerate()
-            .map(|(i, z)| (z.origin.clone(), i))
-            .collect();
-        Snapshot {
-            generation: 0,
-            listen,
-            zones,
-            zone_index,
-            profiles,
-            health,
-            profiles_dir,
-        }
+        let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
+        Snapshot { generation: 0, listen, zones, zone_index, profiles, health, profiles_dir }
     }
 
     /// The zone holding `qname` (lower-case wire format): the longest matching origin,

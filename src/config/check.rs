@@ -3,23 +3,21 @@
 use std::time::Duration;
 
 use super::error::Sink;
-use super::raw::S;
+use super::raw::{Int, S};
 
 /// The value when it lies in `lo..=hi`, else an error naming the key and the range.
 pub fn int_in<T: TryFrom<i64>>(
     sink: &mut Sink<'_>,
-    v: &S<i64>,
+    v: &S<Int>,
     lo: i64,
     hi: i64,
     key: &str,
 ) -> Option<T> {
-    if (lo..=hi).contains(&v.value) {
-        T::try_from(v.value).ok()
+    let Int(n) = v.value;
+    if (lo..=hi).contains(&n) {
+        T::try_from(n).ok()
     } else {
-        sink.on(
-            v,
-            format!("{key} must be between {lo} and {hi}, got {}", v.value),
-        );
+        sink.on(v, format!("{key} must be between {lo} and {hi}, got {n}"));
         None
     }
 }
@@ -28,14 +26,13 @@ pub fn int_in<T: TryFrom<i64>>(
 /// default (the error is recorded), so one bad value does not hide later errors.
 pub fn int_or<T: TryFrom<i64> + Copy>(
     sink: &mut Sink<'_>,
-    v: Option<&S<i64>>,
+    v: Option<&S<Int>>,
     lo: i64,
     hi: i64,
     key: &str,
     default: T,
 ) -> T {
-    v.and_then(|v| int_in(sink, v, lo, hi, key))
-        .unwrap_or(default)
+    v.and_then(|v| int_in(sink, v, lo, hi, key)).unwrap_or(default)
 }
 
 /// A duration written with a unit: `800ms`, `10s`, `5m`, `1h`.

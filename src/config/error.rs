@@ -20,10 +20,7 @@ impl Pos {
 
 impl From<Location> for Pos {
     fn from(l: Location) -> Pos {
-        Pos {
-            line: l.line(),
-            col: l.column(),
-        }
+        Pos { line: l.line(), col: l.column() }
     }
 }
 
@@ -82,20 +79,23 @@ impl Sink<'_> {
 /// Turns a YAML parse or type error into a located error.
 pub fn from_yaml(file: &Path, e: &serde_saphyr::Error) -> ConfigError {
     let pos = e.location().map(Pos::from).unwrap_or_default();
-    ConfigError {
-        file: file.to_path_buf(),
-        pos,
-        message: yaml_message(e),
-    }
+    ConfigError { file: file.to_path_buf(), pos, message: yaml_message(e) }
 }
 
-/// serde-saphyr's Display adds a source snippet; keep only the first line, minus any
-/// trailing "at line X column Y" that FILE:LINE:COL already says.
+/// serde-saphyr's Display adds "error: line X column Y:" and a source snippet; keep only
+/// the message, since FILE:LINE:COL already says where.
 fn yaml_message(e: &serde_saphyr::Error) -> String {
     let full = e.to_string();
-    let first = full.lines().next().unwrap_or("invalid YAML").trim();
-    match first.find(" at line ") {
-        Some(i) => first[..i].to_string(),
-        None => first.to_string(),
+    let mut msg = full.lines().next().unwrap_or("invalid YAML").trim();
+    msg = msg.strip_prefix("error:").unwrap_or(msg).trim_start();
+    if let Some(rest) = msg.strip_prefix("line ")
+        && let Some(i) = rest.find(": ")
+        && rest[..i].contains(" column ")
+    {
+        msg = &rest[i + 2..];
+    }
+    match msg.find(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
     }
 }

@@ -43,26 +43,15 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut sink = Sink {
-        file: path,
-        errors: &mut errors,
-    };
+    let mut sink = Sink { file: path, errors: &mut errors };
     let listen = listen(&mut sink, &raw);
-    let mut zones: Vec<Zone> = raw
-        .zones
-        .value
-        .iter()
-        .filter_map(|z| zones::build(&mut sink, z, &base))
-        .collect();
+    let mut zones: Vec<Zone> =
+        raw.zones.value.iter().filter_map(|z| zones::build(&mut sink, z, &base)).collect();
     if raw.zones.value.is_empty() {
         sink.on(&raw.zones, "at least one zone is needed");
     }
     check_zone_overlap(&mut sink, &raw, &zones);
-    let profiles_dir = base.join(
-        raw.profiles
-            .as_ref()
-            .map_or("profiles", |p| p.value.as_str()),
-    );
+    let profiles_dir = base.join(raw.profiles.as_ref().map_or("profiles", |p| p.value.as_str()));
     let sources = profiles::read_dir(&profiles_dir, &mut errors);
     let (mut profiles, origin_doc) = profiles::build_all(&sources, &zones, &mut errors);
     attach_profiles(&sources, &origin_doc, &profiles, &mut zones, &mut errors);
@@ -91,10 +80,9 @@ fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
     for a in &l.dns {
         match a.value.parse::<SocketAddr>() {
             Ok(addr) => out.dns.push(addr),
-            Err(_) => sink.on(
-                a,
-                format!("listen address {:?} must be IP:PORT ([IPv6]:PORT)", a.value),
-            ),
+            Err(_) => {
+                sink.on(a, format!("listen address {:?} must be IP:PORT ([IPv6]:PORT)", a.value))
+            }
         }
     }
     if let Some(a) = &l.admin {
@@ -166,9 +154,7 @@ fn assign_slots(profiles: &mut [Profile]) -> Vec<Status> {
 }
 
 fn set_serials(zones: &mut [Zone], profiles: &[Profile], previous: Option<&Snapshot>) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     for (i, zone) in zones.iter_mut().enumerate() {
         zone.fingerprint = fingerprint(zone, profiles.iter().filter(|p| p.zone == i));
         let prev = previous
@@ -189,15 +175,7 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
         (name, &node.rrsets).hash(&mut h);
     }
     for p in profiles {
-        (
-            &p.wire,
-            p.ttl,
-            p.enabled,
-            p.method.as_str(),
-            p.fail_open,
-            p.max_return,
-            p.sticky,
-        )
+        (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
             .hash(&mut h);
         for e in &p.endpoints {
             (

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::check::{duration, int_in};
 use super::error::{Pos, Sink};
-use super::raw::{RawMonitor, S, StatusSpec};
+use super::raw::{Int, RawMonitor, S, StatusSpec};
 use crate::model::{Monitor, Protocol};
 
 /// The effective value of one field: the endpoint's when set, else the profile's.
@@ -26,12 +26,7 @@ pub fn resolve(
 ) -> Option<Monitor> {
     let before = sink.errors.len();
     let protocol = protocol(sink, pick(endpoint, profile, |m| m.protocol.as_ref()))?;
-    let port = port(
-        sink,
-        pick(endpoint, profile, |m| m.port.as_ref()),
-        protocol,
-        at,
-    );
+    let port = port(sink, pick(endpoint, profile, |m| m.port.as_ref()), protocol, at);
     let path = pick(endpoint, profile, |m| m.path.as_ref());
     if let (Protocol::Tcp, Some(p)) = (protocol, path) {
         sink.on(p, "path is not allowed on a tcp monitor");
@@ -43,10 +38,7 @@ pub fn resolve(
     let (interval, timeout) = timing(sink, endpoint, profile);
     let tolerated = pick(endpoint, profile, |m| m.tolerated_failures.as_ref())
         .map_or(Some(3), |v| int_in(sink, v, 0, 9, "tolerated_failures"));
-    let expected = expected_status(
-        sink,
-        pick(endpoint, profile, |m| m.expected_status.as_ref()),
-    );
+    let expected = expected_status(sink, pick(endpoint, profile, |m| m.expected_status.as_ref()));
     let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_ref()));
     let monitor = Monitor {
         protocol,
@@ -70,16 +62,13 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&S<String>>) -> Option<Protocol> {
         Some("https") => Some(Protocol::Https),
         Some("tcp") => Some(Protocol::Tcp),
         Some(other) => {
-            sink.on(
-                v?,
-                format!("protocol must be http, https or tcp, got {other:?}"),
-            );
+            sink.on(v?, format!("protocol must be http, https or tcp, got {other:?}"));
             None
         }
     }
 }
 
-fn port(sink: &mut Sink<'_>, v: Option<&S<i64>>, protocol: Protocol, at: Pos) -> Option<u16> {
+fn port(sink: &mut Sink<'_>, v: Option<&S<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
     match (v, protocol) {
         (Some(v), _) => int_in(sink, v, 1, 65535, "port"),
         (None, Protocol::Http) => Some(80),
@@ -97,9 +86,8 @@ fn timing(
     pr: Option<&RawMonitor>,
 ) -> (Duration, Duration) {
     let interval_v = pick(ep, pr, |m| m.interval.as_ref());
-    let interval = interval_v
-        .and_then(|v| duration(sink, v, "interval"))
-        .unwrap_or(Duration::from_secs(30));
+    let interval =
+        interval_v.and_then(|v| duration(sink, v, "interval")).unwrap_or(Duration::from_secs(30));
     if let Some(v) = interval_v
         && !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&interval)
     {
@@ -108,9 +96,7 @@ fn timing(
     let default_timeout =
         Duration::from_secs(10).min(interval.saturating_sub(Duration::from_secs(1)));
     let timeout_v = pick(ep, pr, |m| m.timeout.as_ref());
-    let timeout = timeout_v
-        .and_then(|v| duration(sink, v, "timeout"))
-        .unwrap_or(default_timeout);
+    let timeout = timeout_v.and_then(|v| duration(sink, v, "timeout")).unwrap_or(default_timeout);
     if let Some(v) = timeout_v
         && (timeout >= interval || timeout.is_zero())
     {
@@ -132,15 +118,12 @@ fn expected_status(sink: &mut Sink<'_>, v: Option<&S<Vec<S<StatusSpec>>>>) -> Ve
     if list.value.is_empty() || list.value.len() > 8 {
         sink.on(list, "expected_status must hold 1 to 8 codes or ranges");
     }
-    list.value
-        .iter()
-        .filter_map(|s| status_range(sink, s))
-        .collect()
+    list.value.iter().filter_map(|s| status_range(sink, s)).collect()
 }
 
 fn status_range(sink: &mut Sink<'_>, s: &S<StatusSpec>) -> Option<(u16, u16)> {
     let parsed = match &s.value {
-        StatusSpec::Code(c) => u16::try_from(*c).ok().map(|c| (c, c)),
+        StatusSpec::Code(c) => u16::try_from(c.0).ok().map(|c| (c, c)),
         StatusSpec::Text(t) => match t.split_once('-') {
             Some((a, b)) => a.trim().parse().ok().zip(b.trim().parse().ok()),
             None => t.trim().parse().ok().map(|c| (c, c)),
@@ -168,8 +151,5 @@ fn headers(
     if map.value.len() > 8 {
         sink.on(map, "at most 8 headers");
     }
-    map.value
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+    map.value.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }

@@ -29,10 +29,7 @@ pub struct Source {
 /// Every `*.yaml` / `*.yml` file of `dir`, in name order, each split into documents.
 pub fn read_dir(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_yaml(p))
-            .collect(),
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_yaml(p)).collect(),
         Err(e) => {
             errors.push(ConfigError {
                 file: dir.to_path_buf(),
@@ -56,12 +53,14 @@ pub fn read_dir(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
                 continue;
             }
         };
-        match serde_saphyr::from_multiple::<RawProfile>(&text) {
-            Ok(docs) => out.extend(docs.into_iter().map(|raw| Source {
-                file: file.clone(),
-                raw,
-            })),
-            Err(e) => errors.push(from_yaml(&file, &e)),
+        // Document by document: a type error in one document still lets the others load
+        // (and report their own errors).
+        let mut reader = std::io::Cursor::new(text.as_bytes());
+        for doc in serde_saphyr::read::<_, RawProfile>(&mut reader) {
+            match doc {
+                Ok(raw) => out.push(Source { file: file.clone(), raw }),
+                Err(e) => errors.push(from_yaml(&file, &e)),
+            }
         }
     }
     out
@@ -101,10 +100,7 @@ fn resolve_name(sink: &mut Sink<'_>, v: &S<String>, zones: &[Zone]) -> Option<Na
     match zone {
         Some((i, z)) if wire != z.origin => Some(Named { wire, zone: i }),
         Some(_) => {
-            sink.on(
-                v,
-                format!("{wire} is a zone apex; a profile needs a name below it"),
-            );
+            sink.on(v, format!("{wire} is a zone apex; a profile needs a name below it"));
             None
         }
         None => {
@@ -123,37 +119,30 @@ pub fn build_all(
 ) -> (Vec<Profile>, Vec<usize>) {
     let mut named: Vec<(usize, Named)> = Vec::new();
     let mut ids: HashMap<WireName, usize> = HashMap::new();
+    let mut rejected = Vec::new();
     for (i, src) in sources.iter().enumerate() {
-        let mut sink = Sink {
-            file: &src.file,
-            errors,
-        };
+        let mut sink = Sink { file: &src.file, errors };
         let Some(n) = resolve_name(&mut sink, &src.raw.name, zones) else {
+            rejected.push(i);
             continue;
         };
         if ids.contains_key(&n.wire) {
             sink.on(&src.raw.name, format!("two profiles are named {}", n.wire));
+            rejected.push(i);
             continue;
         }
         ids.insert(n.wire.clone(), named.len());
         named.push((i, n));
     }
-    let profiles: Vec<Profile> = named
-        .iter()
-        .map(|(i, n)| {
-            let src = &sources[*i];
-            let mut sink = Sink {
-                file: &src.file,
-                errors,
-            };
-            Builder {
-                sink: &mut sink,
-                zones,
-                ids: &ids,
-            }
-            .profile(&src.raw, n)
-        })
-        .collect();
+    let mut build = |i: usize, n: &Named| {
+        let src = &sources[i];
+        let mut sink = Sink { file: &src.file, errors };
+        Builder { sink: &mut sink, zones, ids: &ids }.profile(&src.raw, n)
+    };
+    let profiles: Vec<Profile> = named.iter().map(|(i, n)| build(*i, n)).collect();
+    // Profiles whose name was rejected are still checked, so all their errors show at once.
+    let placeholder = Named { wire: WireName::root(), zone: 0 };
+    rejected.into_iter().for_each(|i| drop(build(i, &placeholder)));
     check_nesting(sources, &named, &profiles, errors);
     (profiles, named.iter().map(|(i, _)| *i).collect())
 }
@@ -174,10 +163,7 @@ impl Builder<'_, '_> {
             && s.value
             && m != Method::Weighted
         {
-            self.sink.on(
-                s,
-                "sticky applies to weighted, groups and zone routing only",
-            );
+            self.sink.on(s, "sticky applies to weighted, groups and zone routing only");
         }
         if let Some(g) = &raw.groups {
             self.sink.on(g, "groups: is only used with routing: groups");
@@ -187,8 +173,7 @@ impl Builder<'_, '_> {
                 int_in(self.sink, v, 1, 10, "max_return").unwrap_or(2)
             }
             (Some(v), _) => {
-                self.sink
-                    .on(v, "max_return applies to multivalue routing only");
+                self.sink.on(v, "max_return applies to multivalue routing only");
                 2
             }
             (None, _) => 2,
@@ -222,8 +207,7 @@ impl Builder<'_, '_> {
             "weighted" => Some(Method::Weighted),
             "multivalue" => Some(Method::Multivalue),
             m @ ("performance" | "geographic" | "subnet" | "groups" | "zone") => {
-                self.sink
-                    .on(v, format!("routing: {m} is not available in this version"));
+                self.sink.on(v, format!("routing: {m} is not available in this version"));
                 None
             }
             other => {
@@ -245,19 +229,13 @@ impl Builder<'_, '_> {
         for (pos, ep) in eps.value.iter().enumerate() {
             let e = self.endpoint(raw, ep, pos, method);
             if !names.insert(e.name.clone()) {
-                self.sink.on(
-                    &ep.value.name,
-                    format!("duplicate endpoint name {:?}", e.name),
-                );
+                self.sink.on(&ep.value.name, format!("duplicate endpoint name {:?}", e.name));
             }
             if !priorities.insert(e.priority) {
                 let at = ep.value.priority.as_ref().map_or(Pos::of(ep), Pos::of);
                 self.sink.at(
                     at,
-                    format!(
-                        "duplicate priority {} (each endpoint needs its own)",
-                        e.priority
-                    ),
+                    format!("duplicate priority {} (each endpoint needs its own)", e.priority),
                 );
             }
             out.push(e);
@@ -279,10 +257,7 @@ impl Builder<'_, '_> {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
         {
-            self.sink.on(
-                &e.name,
-                format!("endpoint name {name:?} must match [a-z0-9_-]+"),
-            );
+            self.sink.on(&e.name, format!("endpoint name {name:?} must match [a-z0-9_-]+"));
         }
         let target = self.target(ep);
         let nested = matches!(target, Target::Nested(_));
@@ -298,8 +273,7 @@ impl Builder<'_, '_> {
             }
         }
         if method == Some(Method::Multivalue) && !matches!(target, Target::V4(_) | Target::V6(_)) {
-            self.sink
-                .on(ep, "multivalue endpoints must have IP address targets");
+            self.sink.on(ep, "multivalue endpoints must have IP address targets");
         }
         let monitor = if nested {
             None
@@ -317,14 +291,7 @@ impl Builder<'_, '_> {
             target,
             enabled: e.enabled.unwrap_or(true),
             always_serve,
-            priority: int_or(
-                self.sink,
-                e.priority.as_ref(),
-                1,
-                1000,
-                "priority",
-                pos as u32 + 1,
-            ),
+            priority: int_or(self.sink, e.priority.as_ref(), 1, 1000, "priority", pos as u32 + 1),
             weight: int_or(self.sink, e.weight.as_ref(), 0, 1000, "weight", 1),
             health_slot: usize::MAX,
             monitor: if always_serve { None } else { monitor },
@@ -363,8 +330,7 @@ impl Builder<'_, '_> {
                 ),
             }),
             (Some(t), Some(_)) => {
-                self.sink
-                    .on(t, "an endpoint has either target: or profile:, not both");
+                self.sink.on(t, "an endpoint has either target: or profile:, not both");
                 Target::V4(std::net::Ipv4Addr::UNSPECIFIED)
             }
             (None, None) => {
@@ -403,8 +369,7 @@ impl Builder<'_, '_> {
         match self.ids.get(&n.wire) {
             Some(&id) => id,
             None => {
-                self.sink
-                    .on(p, format!("nested profile {} does not exist", n.wire));
+                self.sink.on(p, format!("nested profile {} does not exist", n.wire));
                 usize::MAX
             }
         }
@@ -495,18 +460,9 @@ fn families_of(profiles: &[Profile], id: usize, memo: &mut [Option<Families>]) -
     let mut f = Families::default();
     for ep in profiles[id].endpoints.iter().filter(|e| e.enabled) {
         f = f.union(match &ep.target {
-            Target::V4(_) => Families {
-                v4: true,
-                ..Families::default()
-            },
-            Target::V6(_) => Families {
-                v6: true,
-                ..Families::default()
-            },
-            Target::Host(_) => Families {
-                host: true,
-                ..Families::default()
-            },
+            Target::V4(_) => Families { v4: true, ..Families::default() },
+            Target::V6(_) => Families { v6: true, ..Families::default() },
+            Target::Host(_) => Families { host: true, ..Families::default() },
             Target::Nested(n) if n.child < profiles.len() => families_of(profiles, n.child, memo),
             Target::Nested(_) => Families::default(),
         });

@@ -60,7 +60,7 @@ pub struct RawZone {
     pub origin: S<String>,
     pub ns: S<Vec<S<String>>>,
     pub soa: S<RawSoa>,
-    pub ttl: Option<S<i64>>,
+    pub ttl: Option<S<Int>>,
     #[serde(default)]
     pub records: Vec<S<String>>,
     pub file: Option<S<String>>,
@@ -71,24 +71,24 @@ pub struct RawZone {
 pub struct RawSoa {
     pub mname: Option<S<String>>,
     pub rname: S<String>,
-    pub refresh: Option<S<i64>>,
-    pub retry: Option<S<i64>>,
-    pub expire: Option<S<i64>>,
-    pub minimum: Option<S<i64>>,
+    pub refresh: Option<S<Int>>,
+    pub retry: Option<S<Int>>,
+    pub expire: Option<S<Int>>,
+    pub minimum: Option<S<Int>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProfile {
     pub name: S<String>,
-    pub ttl: Option<S<i64>>,
+    pub ttl: Option<S<Int>>,
     pub enabled: Option<bool>,
     pub routing: S<String>,
     pub fail_open: Option<bool>,
-    pub max_return: Option<S<i64>>,
+    pub max_return: Option<S<Int>>,
     pub sticky: Option<S<bool>>,
     pub degraded_match: Option<S<String>>,
-    pub safety_threshold: Option<S<i64>>,
+    pub safety_threshold: Option<S<Int>>,
     pub monitor: Option<S<RawMonitor>>,
     pub endpoints: Option<S<Vec<S<RawEndpoint>>>>,
     pub groups: Option<S<Vec<S<RawGroup>>>>,
@@ -98,11 +98,11 @@ pub struct RawProfile {
 #[serde(deny_unknown_fields)]
 pub struct RawMonitor {
     pub protocol: Option<S<String>>,
-    pub port: Option<S<i64>>,
+    pub port: Option<S<Int>>,
     pub path: Option<S<String>>,
     pub interval: Option<S<String>>,
     pub timeout: Option<S<String>>,
-    pub tolerated_failures: Option<S<i64>>,
+    pub tolerated_failures: Option<S<Int>>,
     pub expected_status: Option<S<Vec<S<StatusSpec>>>>,
     pub headers: Option<S<BTreeMap<String, String>>>,
     pub body_contains: Option<S<String>>,
@@ -113,7 +113,7 @@ pub struct RawMonitor {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum StatusSpec {
-    Code(i64),
+    Code(Int),
     Text(String),
 }
 
@@ -125,16 +125,16 @@ pub struct RawEndpoint {
     pub profile: Option<S<String>>,
     pub enabled: Option<bool>,
     pub always_serve: Option<S<bool>>,
-    pub priority: Option<S<i64>>,
-    pub weight: Option<S<i64>>,
+    pub priority: Option<S<Int>>,
+    pub weight: Option<S<Int>>,
     pub location: Option<S<String>>,
     pub geo: Option<S<Vec<S<String>>>>,
     pub subnets: Option<S<Vec<S<String>>>>,
     pub zone: Option<S<String>>,
     pub monitor: Option<S<RawMonitor>>,
-    pub min_child_endpoints: Option<S<i64>>,
-    pub min_child_endpoints_ipv4: Option<S<i64>>,
-    pub min_child_endpoints_ipv6: Option<S<i64>>,
+    pub min_child_endpoints: Option<S<Int>>,
+    pub min_child_endpoints_ipv4: Option<S<Int>>,
+    pub min_child_endpoints_ipv6: Option<S<Int>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,6 +142,42 @@ pub struct RawEndpoint {
 pub struct RawGroup {
     pub name: S<String>,
     pub location: Option<S<String>>,
-    pub traffic_dial: Option<S<i64>>,
+    pub traffic_dial: Option<S<Int>>,
     pub endpoints: S<Vec<S<RawEndpoint>>>,
+}
+
+/// An integer that reports a readable error ("expected an integer, got \"abc\"") where
+/// the YAML has something else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Int(pub i64);
+
+impl<'de> Deserialize<'de> for Int {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Int, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Int;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Int, E> {
+                Ok(Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Int, E> {
+                i64::try_from(v).map(Int).map_err(|_| E::custom(format!("{v} is too large")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Int, E> {
+                v.trim()
+                    .parse()
+                    .map(Int)
+                    .map_err(|_| E::custom(format!("expected an integer, got {v:?}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Int, E> {
+                Err(E::custom(format!("expected an integer, got {v}")))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Int, E> {
+                Err(E::custom(format!("expected an integer, got {v}")))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

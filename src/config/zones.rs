@@ -23,27 +23,15 @@ pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone>
     let origin_name = origin.to_name();
     let ttl = int_or(sink, z.ttl.as_ref(), 0, MAX_TTL, "ttl", 3600u32);
     let ns: Vec<WireName> =
-        z.ns.value
-            .iter()
-            .filter_map(|n| parse_name(sink, n, Some(&origin_name)))
-            .collect();
+        z.ns.value.iter().filter_map(|n| parse_name(sink, n, Some(&origin_name))).collect();
     if z.ns.value.is_empty() {
         sink.on(&z.ns, "a zone needs at least one ns");
     }
-    let soa = soa(
-        sink,
-        z,
-        ns.first().cloned().unwrap_or_else(|| origin.clone()),
-        &origin_name,
-    )?;
+    let soa = soa(sink, z, ns.first().cloned().unwrap_or_else(|| origin.clone()), &origin_name)?;
     let mut nodes: HashMap<WireName, Node> = HashMap::new();
     let ns_rdata = ns.iter().map(|n| Box::<[u8]>::from(n.as_bytes())).collect();
     let apex = nodes.entry(origin.clone()).or_default();
-    apex.rrsets.push(RrSet {
-        rtype: TYPE_NS,
-        ttl,
-        rdata: ns_rdata,
-    });
+    apex.rrsets.push(RrSet { rtype: TYPE_NS, ttl, rdata: ns_rdata });
     for rec in &z.records {
         let text = format!("$ORIGIN {origin}\n$TTL {ttl}\n{}\n", rec.value);
         add_records(
@@ -62,23 +50,12 @@ pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone>
                 let parser = Parser::new(text, Some(path.clone()), Some(origin_name.clone()));
                 add_records(sink, &mut nodes, &origin, parser, Pos::of(file));
             }
-            Err(e) => sink.on(
-                file,
-                format!("cannot read zone file {}: {e}", path.display()),
-            ),
+            Err(e) => sink.on(file, format!("cannot read zone file {}: {e}", path.display())),
         }
     }
     add_ancestors(&mut nodes, &origin);
     let soa_rdata = soa.rdata(0);
-    Some(Zone {
-        origin,
-        soa,
-        serial: 0,
-        ttl,
-        soa_rdata,
-        nodes,
-        fingerprint: 0,
-    })
+    Some(Zone { origin, soa, serial: 0, ttl, soa_rdata, nodes, fingerprint: 0 })
 }
 
 fn soa(sink: &mut Sink<'_>, z: &RawZone, first_ns: WireName, origin: &Name) -> Option<Soa> {
@@ -134,10 +111,9 @@ fn add_records(
         match rtype {
             RecordType::SOA => sink.at(at, "SOA records are made from soa:, not given as records"),
             RecordType::NS if owner == *origin => sink.at(at, "apex NS records come from ns:"),
-            RecordType::NS => sink.at(
-                at,
-                format!("delegation of {owner} (NS below the apex) is not supported"),
-            ),
+            RecordType::NS => {
+                sink.at(at, format!("delegation of {owner} (NS below the apex) is not supported"))
+            }
             _ => add_set(sink, nodes, owner, set, at),
         }
     }
@@ -166,10 +142,7 @@ fn add_set(
     let node = nodes.entry(owner.clone()).or_default();
     let has_cname = node.rrset(crate::zone::TYPE_CNAME).is_some();
     if (rtype == crate::zone::TYPE_CNAME && !node.rrsets.is_empty()) || has_cname {
-        sink.at(
-            at,
-            format!("{owner}: a CNAME cannot share its name with other records"),
-        );
+        sink.at(at, format!("{owner}: a CNAME cannot share its name with other records"));
     }
     match node.rrsets.iter_mut().find(|r| r.rtype == rtype) {
         Some(existing) => existing.rdata.extend(rdata),

@@ -141,11 +141,7 @@ mod tests {
         assert!(zone.is_within(&zone));
         assert!(!other.is_within(&zone));
         assert_eq!(suffix_offset(www.as_bytes(), zone.as_bytes()), Some(6));
-        let anc: Vec<String> = www
-            .ancestors_below(&zone)
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
+        let anc: Vec<String> = www.ancestors_below(&zone).iter().map(|n| n.to_string()).collect();
         assert_eq!(anc, vec!["www.tm.example.test."]);
     }
 }

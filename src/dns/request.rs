@@ -85,20 +85,9 @@ pub fn parse(p: &[u8]) -> Parsed<'_> {
     let rd = p[2] & 0x01 != 0;
     let count = |i: usize| u16::from_be_bytes([p[i], p[i + 1]]);
     let (qd, an, ns, ar) = (count(4), count(6), count(8), count(10));
-    let error = |rcode, question, opt| Parsed::Error {
-        id,
-        opcode,
-        rd,
-        rcode,
-        question,
-        opt,
-    };
+    let error = |rcode, question, opt| Parsed::Error { id, opcode, rd, rcode, question, opt };
     if qd != 1 {
-        let rcode = if opcode == 0 {
-            RCODE_FORMERR
-        } else {
-            RCODE_NOTIMP
-        };
+        let rcode = if opcode == 0 { RCODE_FORMERR } else { RCODE_NOTIMP };
         return error(rcode, None, false);
     }
     let Ok((qname, qend)) = read_qname(p, 12) else {
@@ -117,16 +106,7 @@ pub fn parse(p: &[u8]) -> Parsed<'_> {
         Ok(edns) => edns,
         Err((Bad, opt)) => return error(RCODE_FORMERR, Some(question), opt),
     };
-    Parsed::Query(Request {
-        id,
-        rd,
-        cd: p[3] & 0x10 != 0,
-        question,
-        qname,
-        qtype,
-        qclass,
-        edns,
-    })
+    Parsed::Query(Request { id, rd, cd: p[3] & 0x10 != 0, question, qname, qtype, qclass, edns })
 }
 
 /// Reads the question name (no compression allowed there) into lower case.
@@ -214,12 +194,7 @@ fn read_opt(fixed: &[u8], rdata: &[u8]) -> Result<Edns, Bad> {
             ecs = Some(read_ecs(data)?);
         }
     }
-    Ok(Edns {
-        payload,
-        version,
-        dnssec_ok,
-        ecs,
-    })
+    Ok(Edns { payload, version, dnssec_ok, ecs })
 }
 
 /// RFC 7871 §6 and §7.1: known family, prefix within the family, exactly
@@ -252,11 +227,7 @@ fn read_ecs(data: &[u8]) -> Result<Ecs, Bad> {
         o[..addr_bytes.len()].copy_from_slice(addr_bytes);
         IpAddr::V6(Ipv6Addr::from(o))
     };
-    Ok(Ecs {
-        family,
-        source,
-        addr,
-    })
+    Ok(Ecs { family, source, addr })
 }
 
 #[cfg(test)]
@@ -300,9 +271,7 @@ mod tests {
     #[test]
     fn plain_query_lowercases_and_keeps_raw_question() {
         let q = query(WWW, &[], 0);
-        let Parsed::Query(r) = parse(&q) else {
-            panic!()
-        };
+        let Parsed::Query(r) = parse(&q) else { panic!() };
         assert_eq!(&r.qname[..], b"\x03www\x07example\x04test\x00");
         assert_eq!(&r.question[..4], b"\x03WwW");
         assert_eq!((r.id, r.qtype, r.qclass, r.rd), (0x1234, 1, 1, true));
@@ -371,13 +340,8 @@ mod tests {
         opt[6] = 1; // version 1
         opt[7] = 0x80; // DO
         let q = query(WWW, &opt, 1);
-        let Parsed::Query(r) = parse(&q) else {
-            panic!()
-        };
+        let Parsed::Query(r) = parse(&q) else { panic!() };
         let e = r.edns.unwrap();
-        assert_eq!(
-            (e.payload, e.version, e.dnssec_ok, e.ecs),
-            (1232, 1, true, None)
-        );
+        assert_eq!((e.payload, e.version, e.dnssec_ok, e.ecs), (1232, 1, true, None));
     }
 }

@@ -39,22 +39,8 @@ pub fn respond<R: Rng + ?Sized>(
 ) -> bool {
     match request::parse(query) {
         Parsed::Drop => false,
-        Parsed::Error {
-            id,
-            opcode,
-            rd,
-            rcode,
-            question,
-            opt,
-        } => {
-            let h = Header {
-                id,
-                opcode,
-                aa: false,
-                rd,
-                cd: false,
-                rcode,
-            };
+        Parsed::Error { id, opcode, rd, rcode, question, opt } => {
+            let h = Header { id, opcode, aa: false, rd, cd: false, rcode };
             let mut w = Writer::new(out, h, question);
             if opt {
                 w.opt(0, None);
@@ -82,24 +68,14 @@ struct Reply<'q> {
 
 impl Reply<'_> {
     fn header(&self, rcode: u8, aa: bool) -> Header {
-        Header {
-            id: self.req.id,
-            opcode: 0,
-            aa,
-            rd: self.req.rd,
-            cd: self.req.cd,
-            rcode,
-        }
+        Header { id: self.req.id, opcode: 0, aa, rd: self.req.rd, cd: self.req.cd, rcode }
     }
 
     /// Adds the OPT (only when the query had one), with ECS echoed at `scope`.
     fn finish(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8) {
         let Some(edns) = self.req.edns else { return };
         let ecs = edns.ecs.map(|e| ecs_echo(e, scope));
-        w.opt(
-            ext_rcode,
-            ecs.as_ref().map(|(f, s, sc, a)| (*f, *s, *sc, &a[..])),
-        );
+        w.opt(ext_rcode, ecs.as_ref().map(|(f, s, sc, a)| (*f, *s, *sc, &a[..])));
     }
 }
 
@@ -160,10 +136,7 @@ fn answer<R: Rng + ?Sized>(
             TYPE_ANY => return rfc8482(&reply, zone, out),
             _ => return negative(&reply, zone, apex, request::RCODE_NOERROR, out),
         };
-        let ctx = Ctx {
-            profiles: &snap.profiles,
-            health,
-        };
+        let ctx = Ctx { profiles: &snap.profiles, health };
         return match routing::route(ctx, pid, want, client, rng) {
             Decision::Answer { endpoints, scope } => {
                 let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
@@ -175,13 +148,7 @@ fn answer<R: Rng + ?Sized>(
             }
             Decision::NoData { scope } => {
                 let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
-                w.record(
-                    Section::Authority,
-                    apex,
-                    TYPE_SOA,
-                    zone.negative_ttl(),
-                    &zone.soa_rdata,
-                );
+                w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
                 reply.finish(&mut w, 0, scope);
                 scope
             }
@@ -193,14 +160,8 @@ fn answer<R: Rng + ?Sized>(
 /// The client for routing: the ECS subnet if the query has one, else the source address.
 fn client_of(req: &Request<'_>, src: IpAddr) -> Client {
     match req.edns.and_then(|e| e.ecs) {
-        Some(e) if e.source > 0 => Client {
-            addr: e.addr,
-            prefix: e.source,
-        },
-        Some(_) => Client {
-            addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            prefix: 0,
-        },
+        Some(e) if e.source > 0 => Client { addr: e.addr, prefix: e.source },
+        Some(_) => Client { addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED), prefix: 0 },
         None => Client::from_addr(src),
     }
 }
@@ -218,13 +179,7 @@ fn endpoint_record(w: &mut Writer<'_>, target: &Target, ttl: u32) {
 /// NXDOMAIN or NODATA: SOA in authority with the negative TTL.
 fn negative(reply: &Reply<'_>, zone: &Zone, apex: Owner<'_>, rcode: u8, out: &mut Vec<u8>) -> u8 {
     let mut w = Writer::new(out, reply.header(rcode, true), Some(reply.req.question));
-    w.record(
-        Section::Authority,
-        apex,
-        TYPE_SOA,
-        zone.negative_ttl(),
-        &zone.soa_rdata,
-    );
+    w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
     reply.finish(&mut w, 0, 0);
     0
 }
@@ -232,13 +187,7 @@ fn negative(reply: &Reply<'_>, zone: &Zone, apex: Owner<'_>, rcode: u8, out: &mu
 /// RFC 8482: answer ANY with one synthesized HINFO record instead of everything.
 fn rfc8482(reply: &Reply<'_>, zone: &Zone, out: &mut Vec<u8>) -> u8 {
     let mut w = Writer::new(out, reply.header(0, true), Some(reply.req.question));
-    w.record(
-        Section::Answer,
-        Owner::At(QNAME_AT),
-        TYPE_HINFO,
-        zone.ttl,
-        b"\x07RFC8482\x00",
-    );
+    w.record(Section::Answer, Owner::At(QNAME_AT), TYPE_HINFO, zone.ttl, b"\x07RFC8482\x00");
     reply.finish(&mut w, 0, 0);
     0
 }
@@ -267,13 +216,7 @@ fn static_answer(
             glue(&mut w, zone, &set.rdata);
         }
     } else {
-        w.record(
-            Section::Authority,
-            apex,
-            TYPE_SOA,
-            zone.negative_ttl(),
-            &zone.soa_rdata,
-        );
+        w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
     }
     reply.finish(&mut w, 0, 0);
     0

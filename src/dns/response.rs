@@ -55,10 +55,7 @@ impl<'b> Writer<'b> {
         if let Some(q) = question {
             buf.extend_from_slice(q);
         }
-        Writer {
-            buf,
-            counts: [0; 3],
-        }
+        Writer { buf, counts: [0; 3] }
     }
 
     pub fn record(
@@ -73,17 +70,14 @@ impl<'b> Writer<'b> {
         self.buf.extend_from_slice(&rtype.to_be_bytes());
         self.buf.extend_from_slice(&CLASS_IN.to_be_bytes());
         self.buf.extend_from_slice(&ttl.to_be_bytes());
-        self.buf
-            .extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        self.buf.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
         self.buf.extend_from_slice(rdata);
         self.bump(section);
     }
 
     fn owner(&mut self, owner: Owner<'_>) {
         match owner {
-            Owner::At(off) => self
-                .buf
-                .extend_from_slice(&(0xc000 | off as u16).to_be_bytes()),
+            Owner::At(off) => self.buf.extend_from_slice(&(0xc000 | off as u16).to_be_bytes()),
             Owner::Wire(w) => self.buf.extend_from_slice(w),
         }
     }
@@ -108,8 +102,7 @@ impl<'b> Writer<'b> {
                 let bytes = &addr[..usize::from(source).div_ceil(8)];
                 let len = 4 + bytes.len() as u16;
                 self.buf.extend_from_slice(&(len + 4).to_be_bytes());
-                self.buf
-                    .extend_from_slice(&crate::dns::request::EDNS_CLIENT_SUBNET.to_be_bytes());
+                self.buf.extend_from_slice(&crate::dns::request::EDNS_CLIENT_SUBNET.to_be_bytes());
                 self.buf.extend_from_slice(&len.to_be_bytes());
                 self.buf.extend_from_slice(&family.to_be_bytes());
                 self.buf.extend_from_slice(&[source, scope]);

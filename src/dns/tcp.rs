@@ -98,15 +98,7 @@ async fn connection(
             .map_err(|_| std::io::ErrorKind::TimedOut)??;
         let answered = {
             let snap = shared.load();
-            respond(
-                &snap,
-                &*snap.health,
-                &query,
-                peer.ip(),
-                Transport::Tcp,
-                &mut rng,
-                &mut out,
-            )
+            respond(&snap, &*snap.health, &query, peer.ip(), Transport::Tcp, &mut rng, &mut out)
         };
         if !answered {
             return Ok(());

@@ -77,15 +77,7 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             };
             let len = worker.lens[i];
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
-            if respond(
-                &snap,
-                &*snap.health,
-                query,
-                src.ip(),
-                Transport::Udp,
-                &mut rng,
-                out,
-            ) {
+            if respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out) {
                 worker.dest[replies] = src;
                 replies += 1;
             }
@@ -206,10 +198,7 @@ fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
             // SAFETY: the family says this storage holds a sockaddr_in.
             let a: &libc::sockaddr_in = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
             let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(a.sin_port),
-            )))
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(a.sin_port))))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says this storage holds a sockaddr_in6.

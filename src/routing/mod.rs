@@ -129,16 +129,10 @@ where
 {
     match &endpoint.target {
         Target::Nested(n) => match route_at(ctx, &ctx.profiles[n.child], want, client, rng) {
-            Decision::Answer {
-                endpoints,
-                scope: s,
-            } => Decision::Answer {
-                endpoints,
-                scope: scope.max(s),
-            },
-            Decision::NoData { scope: s } => Decision::NoData {
-                scope: scope.max(s),
-            },
+            Decision::Answer { endpoints, scope: s } => {
+                Decision::Answer { endpoints, scope: scope.max(s) }
+            }
+            Decision::NoData { scope: s } => Decision::NoData { scope: scope.max(s) },
         },
         _ => {
             let mut endpoints = ArrayVec::new();
@@ -160,22 +154,13 @@ pub fn eligible<H: HealthView + ?Sized>(
         .iter()
         .enumerate()
         .filter(|(_, ep)| ep.enabled && ep.can_answer(want, ctx.profiles))
-        .map(|(index, ep)| Candidate {
-            index,
-            status: status::endpoint_status(ctx, ep),
-        })
+        .map(|(index, ep)| Candidate { index, status: status::endpoint_status(ctx, ep) })
         .collect();
-    let serving: Candidates = all
-        .iter()
-        .copied()
-        .filter(|c| c.status.is_serving())
-        .collect();
+    let serving: Candidates = all.iter().copied().filter(|c| c.status.is_serving()).collect();
     if !serving.is_empty() || !profile.fail_open {
         return serving;
     }
-    all.into_iter()
-        .filter(|c| c.status == Status::Degraded)
-        .collect()
+    all.into_iter().filter(|c| c.status == Status::Degraded).collect()
 }
 
 #[cfg(test)]

@@ -16,9 +16,7 @@ pub fn pick<'a, R: Rng + ?Sized>(
     let n = eligible.len();
     let take = n.min(usize::from(profile.max_return)).min(MAX_ANSWERS);
     let start = rng.random_range(0..n);
-    (0..take)
-        .map(|k| &profile.endpoints[eligible[(start + k) % n].index])
-        .collect()
+    (0..take).map(|k| &profile.endpoints[eligible[(start + k) % n].index]).collect()
 }
 
 #[cfg(test)]
@@ -73,10 +71,7 @@ mod tests {
             assert!(got.iter().all(|n| n != "v6"));
             if down.len() < *n {
                 for s in *down {
-                    assert!(
-                        !got.contains(&format!("e{s}")),
-                        "case {i}: degraded e{s} served"
-                    );
+                    assert!(!got.contains(&format!("e{s}")), "case {i}: degraded e{s} served");
                 }
             }
         }

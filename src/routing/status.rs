@@ -88,14 +88,8 @@ mod tests {
         for (i, &(min, min4, min6, enabled, sts, want)) in cases.iter().enumerate() {
             let w = world(min, min4, min6, enabled);
             let ov: Vec<(usize, Status)> = sts.iter().enumerate().map(|(s, st)| (s, *st)).collect();
-            let h = Overlay {
-                base: &w.health,
-                overrides: &ov,
-            };
-            let ctx = Ctx {
-                profiles: &w.profiles,
-                health: &h,
-            };
+            let h = Overlay { base: &w.health, overrides: &ov };
+            let ctx = Ctx { profiles: &w.profiles, health: &h };
             let p = &w.profiles[1];
             assert_eq!(endpoint_status(ctx, &p.endpoints[0]), want, "case {i}");
         }
@@ -114,13 +108,7 @@ mod tests {
         let w = w.finish();
         w.health.set(0, Status::Degraded);
         let ctx = w.ctx();
-        assert_eq!(
-            endpoint_status(ctx, &w.profiles[p].endpoints[0]),
-            Status::Online
-        );
-        assert_eq!(
-            endpoint_status(ctx, &w.profiles[p].endpoints[1]),
-            Status::Disabled
-        );
+        assert_eq!(endpoint_status(ctx, &w.profiles[p].endpoints[0]), Status::Online);
+        assert_eq!(endpoint_status(ctx, &w.profiles[p].endpoints[1]), Status::Disabled);
     }
 }

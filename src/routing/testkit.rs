@@ -17,11 +17,7 @@ pub struct World {
 
 impl World {
     pub fn new() -> World {
-        World {
-            profiles: Vec::new(),
-            health: HealthTable::new([]),
-            slots: 0,
-        }
+        World { profiles: Vec::new(), health: HealthTable::new([]), slots: 0 }
     }
 
     pub fn profile(&mut self, name: &str, method: Method) -> usize {
@@ -90,10 +86,7 @@ impl World {
     }
 
     pub fn ctx(&self) -> Ctx<'_, HealthTable> {
-        Ctx {
-            profiles: &self.profiles,
-            health: &self.health,
-        }
+        Ctx { profiles: &self.profiles, health: &self.health }
     }
 }
 

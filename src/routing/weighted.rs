@@ -24,9 +24,7 @@ pub fn pick<R: Rng + ?Sized>(
     client: Client,
     rng: &mut R,
 ) -> (usize, u8) {
-    let any_weight = eligible
-        .iter()
-        .any(|c| profile.endpoints[c.index].weight > 0);
+    let any_weight = eligible.iter().any(|c| profile.endpoints[c.index].weight > 0);
     let weight = |c: &Candidate| match profile.endpoints[c.index].weight {
         0 if !any_weight => 1,
         w => w,
@@ -65,19 +63,11 @@ pub fn sticky_key(client: Client) -> (u64, u8) {
 }
 
 fn mask32(prefix: u8) -> u32 {
-    if prefix == 0 {
-        0
-    } else {
-        u32::MAX << (32 - prefix)
-    }
+    if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) }
 }
 
 fn mask64(prefix: u8) -> u64 {
-    if prefix == 0 {
-        0
-    } else {
-        u64::MAX << (64 - prefix.min(64))
-    }
+    if prefix == 0 { 0 } else { u64::MAX << (64 - prefix.min(64)) }
 }
 
 /// Weighted rendezvous hashing: the candidate with the highest `w / -ln(u)` wins.
@@ -115,9 +105,9 @@ pub fn mix(mut z: u64) -> u64 {
 
 /// FNV-1a of a string, mixed: stable across runs and builds.
 pub fn hash_str(s: &str) -> u64 {
-    let h = s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
+    let h = s
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     mix(h)
 }
 
@@ -153,9 +143,7 @@ mod tests {
         let mut r = rng(7);
         let mut counts = HashMap::new();
         for _ in 0..n {
-            *counts
-                .entry(pick(w, "198.51.100.1", &mut r).0)
-                .or_insert(0.0) += 1.0;
+            *counts.entry(pick(w, "198.51.100.1", &mut r).0).or_insert(0.0) += 1.0;
         }
         counts.values_mut().for_each(|v| *v /= n as f64);
         counts
@@ -184,10 +172,7 @@ mod tests {
             let got = shares(&w, 20_000);
             for (e, share) in want.iter().enumerate() {
                 let g = got.get(&format!("e{e}")).copied().unwrap_or(0.0);
-                assert!(
-                    (g - share).abs() < 0.02,
-                    "case {i}: e{e} got {g}, want {share}"
-                );
+                assert!((g - share).abs() < 0.02, "case {i}: e{e} got {g}, want {share}");
             }
         }
     }
@@ -205,9 +190,8 @@ mod tests {
         let (_, scope6) = pick(&w, "2001:db8:1:2::1", &mut r);
         assert_eq!(scope6, 56);
         // Different subnets spread over the endpoints.
-        let spread: std::collections::HashSet<String> = (0..64)
-            .map(|n| pick(&w, &format!("10.{n}.0.1"), &mut r).0)
-            .collect();
+        let spread: std::collections::HashSet<String> =
+            (0..64).map(|n| pick(&w, &format!("10.{n}.0.1"), &mut r).0).collect();
         assert_eq!(spread.len(), 4);
     }
 
@@ -215,17 +199,13 @@ mod tests {
     fn sticky_moves_only_the_failed_endpoints_clients() {
         let w = world(&[1, 1, 1], true);
         let mut r = rng(3);
-        let before: Vec<String> = (0..200)
-            .map(|n| pick(&w, &format!("10.0.{n}.1"), &mut r).0)
-            .collect();
+        let before: Vec<String> =
+            (0..200).map(|n| pick(&w, &format!("10.0.{n}.1"), &mut r).0).collect();
         w.health.set(0, Status::Degraded);
         for (n, was) in before.iter().enumerate() {
             let now = pick(&w, &format!("10.0.{n}.1"), &mut r).0;
             if was != "e0" {
-                assert_eq!(
-                    &now, was,
-                    "client {n} moved although its endpoint is healthy"
-                );
+                assert_eq!(&now, was, "client {n} moved although its endpoint is healthy");
             } else {
                 assert_ne!(now, "e0");
             }
