@@ -10,6 +10,7 @@ pub mod config;
 pub mod dns;
 pub mod health;
 pub mod model;
+pub mod netrange;
 pub mod routing;
 pub mod server;
 pub mod snapshot;

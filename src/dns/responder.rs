@@ -136,7 +136,7 @@ fn answer<R: Rng + ?Sized>(
             TYPE_ANY => return rfc8482(&reply, zone, out),
             _ => return negative(&reply, zone, apex, request::RCODE_NOERROR, out),
         };
-        let ctx = Ctx { profiles: &snap.profiles, health };
+        let ctx = Ctx::new(&snap.profiles, health);
         return match routing::route(ctx, pid, want, client, rng) {
             Decision::Answer { endpoints, scope } => {
                 let mut w = Writer::new(out, reply.header(0, true), Some(req.question));

@@ -4,11 +4,13 @@
 //! the tests all call `route`, so the wire can never disagree with what an operator is told.
 //! Randomness comes in as an `Rng` so tests can seed it.
 
+pub mod dial;
 mod multivalue;
 mod priority;
 pub mod status;
 pub mod weighted;
 
+use std::cell::RefCell;
 use std::net::IpAddr;
 
 use arrayvec::ArrayVec;
@@ -40,6 +42,22 @@ impl Client {
 pub struct Ctx<'a, H: HealthView + ?Sized> {
     pub profiles: &'a [Profile],
     pub health: &'a H,
+    /// Where `explain` collects the decision trace; `None` on the query path, where
+    /// nothing is formatted.
+    pub trace: Option<&'a RefCell<Vec<String>>>,
+}
+
+impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
+    pub fn new(profiles: &'a [Profile], health: &'a H) -> Self {
+        Ctx { profiles, health, trace: None }
+    }
+
+    /// Records one line of the decision trace (only when tracing).
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(t) = self.trace {
+            t.borrow_mut().push(line());
+        }
+    }
 }
 
 impl<H: HealthView + ?Sized> Clone for Ctx<'_, H> {

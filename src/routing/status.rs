@@ -89,7 +89,7 @@ mod tests {
             let w = world(min, min4, min6, enabled);
             let ov: Vec<(usize, Status)> = sts.iter().enumerate().map(|(s, st)| (s, *st)).collect();
             let h = Overlay { base: &w.health, overrides: &ov };
-            let ctx = Ctx { profiles: &w.profiles, health: &h };
+            let ctx = Ctx::new(&w.profiles, &h);
             let p = &w.profiles[1];
             assert_eq!(endpoint_status(ctx, &p.endpoints[0]), want, "case {i}");
         }

@@ -86,7 +86,7 @@ impl World {
     }
 
     pub fn ctx(&self) -> Ctx<'_, HealthTable> {
-        Ctx { profiles: &self.profiles, health: &self.health }
+        Ctx::new(&self.profiles, &self.health)
     }
 }
 
