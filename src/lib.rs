@@ -8,7 +8,9 @@
 pub mod commands;
 pub mod config;
 pub mod dns;
+pub mod geo;
 pub mod health;
+pub mod location;
 pub mod model;
 pub mod netrange;
 pub mod routing;

@@ -4,10 +4,12 @@
 //! configuration load by `config::validate` and never mutated afterwards; anything that
 //! changes at run time (endpoint health) lives in `health` and is addressed by slot.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use crate::dns::name::WireName;
+use crate::netrange::RangeMap;
 
 /// Index of a profile in `Snapshot::profiles`.
 pub type ProfileId = usize;
@@ -18,16 +20,86 @@ pub enum Method {
     Priority,
     Weighted,
     Multivalue,
+    Performance,
+    Geographic,
+    Subnet,
+    Groups,
+    Zone,
 }
 
 impl Method {
+    pub const ALL: [Method; 8] = [
+        Method::Priority,
+        Method::Weighted,
+        Method::Performance,
+        Method::Geographic,
+        Method::Multivalue,
+        Method::Subnet,
+        Method::Groups,
+        Method::Zone,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Priority => "priority",
             Method::Weighted => "weighted",
             Method::Multivalue => "multivalue",
+            Method::Performance => "performance",
+            Method::Geographic => "geographic",
+            Method::Subnet => "subnet",
+            Method::Groups => "groups",
+            Method::Zone => "zone",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+}
+
+/// The method-specific data of a profile, indexed by endpoint position.
+#[derive(Clone, Debug, Default)]
+pub enum Rules {
+    /// priority, weighted, multivalue: everything is on the endpoints.
+    #[default]
+    Plain,
+    Geographic {
+        /// Region code (canonical, e.g. `US-CA`, `GEO-EU`) → endpoint index; enabled only.
+        by_code: HashMap<Box<str>, usize>,
+        /// `degraded_match: fallback`.
+        fallback_on_degraded: bool,
+    },
+    Subnet {
+        /// Ranges of enabled endpoints → endpoint index.
+        ranges: RangeMap<usize>,
+        /// The endpoint without `subnets`, if any.
+        fallback: Option<usize>,
+        fallback_on_degraded: bool,
+    },
+    Performance {
+        /// Latency-table region index of each endpoint.
+        region: Vec<usize>,
+    },
+    Groups {
+        groups: Vec<Group>,
+    },
+    Zone {
+        /// Topology zone index of each endpoint.
+        zone: Vec<usize>,
+        /// Percent of serving endpoints the client's zone must hold to be preferred.
+        safety_threshold: u8,
+    },
+}
+
+/// A Global Accelerator style endpoint group: a slice of the profile's endpoints.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub name: String,
+    /// Latency-table region index.
+    pub region: usize,
+    /// Percent of the traffic still unassigned that this group takes.
+    pub dial: u8,
+    pub endpoints: std::ops::Range<usize>,
 }
 
 /// What an endpoint answers with.
@@ -151,6 +223,7 @@ pub struct Profile {
     /// Stable hash of the name, so sticky picks of different profiles are independent.
     pub hash_seed: u64,
     pub endpoints: Vec<Endpoint>,
+    pub rules: Rules,
     /// Union of what the enabled endpoints can answer, through nested children.
     pub families: Families,
 }

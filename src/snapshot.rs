@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::dns::name::{WireName, suffix_offset};
 use crate::health::HealthTable;
+use crate::location::World;
 use crate::model::Profile;
 use crate::zone::Zone;
 
@@ -28,6 +29,8 @@ pub struct Snapshot {
     zone_index: HashMap<WireName, usize>,
     pub profiles: Vec<Profile>,
     pub health: Arc<HealthTable>,
+    /// Geo database, region hierarchy, latency table and topology.
+    pub world: Arc<World>,
     /// The `profiles:` directory, for the file watcher.
     pub profiles_dir: PathBuf,
 }
@@ -38,10 +41,11 @@ impl Snapshot {
         zones: Vec<Zone>,
         profiles: Vec<Profile>,
         health: Arc<HealthTable>,
+        world: Arc<World>,
         profiles_dir: PathBuf,
     ) -> Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
-        Snapshot { generation: 0, listen, zones, zone_index, profiles, health, profiles_dir }
+        Snapshot { generation: 0, listen, zones, zone_index, profiles, health, world, profiles_dir }
     }
 
     /// The zone holding `qname` (lower-case wire format): the longest matching origin,

@@ -9,6 +9,8 @@ pub mod error;
 mod monitor;
 mod profiles;
 pub mod raw;
+mod rules;
+mod world;
 mod zones;
 
 use std::collections::hash_map::DefaultHasher;
@@ -52,8 +54,9 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
     }
     check_zone_overlap(&mut sink, &raw, &zones);
     let profiles_dir = base.join(raw.profiles.as_ref().map_or("profiles", |p| p.value.as_str()));
+    let world = world::build(&mut sink, &raw, &base);
     let sources = profiles::read_dir(&profiles_dir, &mut errors);
-    let (mut profiles, origin_doc) = profiles::build_all(&sources, &zones, &mut errors);
+    let (mut profiles, origin_doc) = profiles::build_all(&sources, &zones, &world, &mut errors);
     attach_profiles(&sources, &origin_doc, &profiles, &mut zones, &mut errors);
     if !errors.is_empty() {
         errors.sort_by(|a, b| {
@@ -66,7 +69,7 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     set_serials(&mut zones, &profiles, previous);
     let generation = previous.map_or(1, |p| p.generation + 1);
-    let mut snap = Snapshot::new(listen, zones, profiles, health, profiles_dir);
+    let mut snap = Snapshot::new(listen, zones, profiles, health, Arc::new(world), profiles_dir);
     snap.generation = generation;
     Ok(snap)
 }

@@ -13,7 +13,8 @@ use super::monitor;
 use super::raw::{RawEndpoint, RawProfile, S};
 use super::zones::parse_name;
 use crate::dns::name::WireName;
-use crate::model::{Endpoint, Families, Method, Nested, Profile, Target};
+use crate::location::World;
+use crate::model::{Endpoint, Families, Method, Nested, Profile, Rules, Target};
 use crate::routing::weighted::hash_str;
 use crate::zone::Zone;
 
@@ -115,6 +116,7 @@ fn resolve_name(sink: &mut Sink<'_>, v: &S<String>, zones: &[Zone]) -> Option<Na
 pub fn build_all(
     sources: &[Source],
     zones: &[Zone],
+    world: &World,
     errors: &mut Vec<ConfigError>,
 ) -> (Vec<Profile>, Vec<usize>) {
     let mut named: Vec<(usize, Named)> = Vec::new();
@@ -137,7 +139,7 @@ pub fn build_all(
     let mut build = |i: usize, n: &Named| {
         let src = &sources[i];
         let mut sink = Sink { file: &src.file, errors };
-        Builder { sink: &mut sink, zones, ids: &ids }.profile(&src.raw, n)
+        Builder { sink: &mut sink, zones, ids: &ids, world }.profile(&src.raw, n)
     };
     let profiles: Vec<Profile> = named.iter().map(|(i, n)| build(*i, n)).collect();
     // Profiles whose name was rejected are still checked, so all their errors show at once.
@@ -149,10 +151,11 @@ pub fn build_all(
 
 /// Validates one profile. It always returns a profile (so ids stay positions); the load
 /// fails as a whole when any error was recorded.
-struct Builder<'s, 'f> {
-    sink: &'s mut Sink<'f>,
-    zones: &'s [Zone],
-    ids: &'s HashMap<WireName, usize>,
+pub(super) struct Builder<'s, 'f> {
+    pub(super) sink: &'s mut Sink<'f>,
+    pub(super) zones: &'s [Zone],
+    pub(super) ids: &'s HashMap<WireName, usize>,
+    pub(super) world: &'s World,
 }
 
 impl Builder<'_, '_> {
@@ -161,12 +164,9 @@ impl Builder<'_, '_> {
         let sticky = raw.sticky.as_ref().is_some_and(|s| s.value);
         if let (Some(s), Some(m)) = (&raw.sticky, method)
             && s.value
-            && m != Method::Weighted
+            && !matches!(m, Method::Weighted | Method::Groups | Method::Zone)
         {
             self.sink.on(s, "sticky applies to weighted, groups and zone routing only");
-        }
-        if let Some(g) = &raw.groups {
-            self.sink.on(g, "groups: is only used with routing: groups");
         }
         let max_return = match (&raw.max_return, method) {
             (Some(v), Some(Method::Multivalue)) => {
@@ -178,13 +178,7 @@ impl Builder<'_, '_> {
             }
             (None, _) => 2,
         };
-        let endpoints = match &raw.endpoints {
-            Some(eps) => self.endpoints(raw, eps, method),
-            None => {
-                self.sink.on(&raw.name, "a profile needs endpoints:");
-                Vec::new()
-            }
-        };
+        let (endpoints, rules) = self.endpoints_and_rules(raw, method);
         Profile {
             name: n.wire.to_string(),
             hash_seed: hash_str(&n.wire.to_string()),
@@ -197,27 +191,45 @@ impl Builder<'_, '_> {
             max_return,
             sticky,
             endpoints,
+            rules,
             families: Families::default(),
         }
     }
 
-    fn method(&mut self, v: &S<String>) -> Option<Method> {
-        match v.value.as_str() {
-            "priority" => Some(Method::Priority),
-            "weighted" => Some(Method::Weighted),
-            "multivalue" => Some(Method::Multivalue),
-            m @ ("performance" | "geographic" | "subnet" | "groups" | "zone") => {
-                self.sink.on(v, format!("routing: {m} is not available in this version"));
-                None
+    /// `groups:` for `routing: groups`, `endpoints:` for every other method.
+    fn endpoints_and_rules(
+        &mut self,
+        raw: &RawProfile,
+        method: Option<Method>,
+    ) -> (Vec<Endpoint>, Rules) {
+        if method == Some(Method::Groups) {
+            if let Some(e) = &raw.endpoints {
+                self.sink.on(e, "routing: groups takes groups:, not endpoints:");
             }
-            other => {
-                self.sink.on(v, format!("unknown routing method {other:?} (priority, weighted, performance, geographic, multivalue, subnet, groups, zone)"));
-                None
-            }
+            return self.groups(raw);
         }
+        if let Some(g) = &raw.groups {
+            self.sink.on(g, "groups: is only used with routing: groups");
+        }
+        let Some(eps) = &raw.endpoints else {
+            self.sink.on(&raw.name, "a profile needs endpoints:");
+            return (Vec::new(), Rules::Plain);
+        };
+        let endpoints = self.endpoints(raw, eps, method);
+        let rules = method.map_or(Rules::Plain, |m| self.rules(raw, eps, &endpoints, m));
+        (endpoints, rules)
     }
 
-    fn endpoints(
+    fn method(&mut self, v: &S<String>) -> Option<Method> {
+        let m = Method::parse(v.value.as_str());
+        if m.is_none() {
+            let all: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
+            self.sink.on(v, format!("unknown routing method {:?} ({})", v.value, all.join(", ")));
+        }
+        m
+    }
+
+    pub(super) fn endpoints(
         &mut self,
         raw: &RawProfile,
         eps: &S<Vec<S<RawEndpoint>>>,
@@ -228,6 +240,7 @@ impl Builder<'_, '_> {
         let mut out = Vec::with_capacity(eps.value.len());
         for (pos, ep) in eps.value.iter().enumerate() {
             let e = self.endpoint(raw, ep, pos, method);
+            self.method_keys(ep, method);
             if !names.insert(e.name.clone()) {
                 self.sink.on(&ep.value.name, format!("duplicate endpoint name {:?}", e.name));
             }
@@ -243,7 +256,7 @@ impl Builder<'_, '_> {
         out
     }
 
-    fn endpoint(
+    pub(super) fn endpoint(
         &mut self,
         raw: &RawProfile,
         ep: &S<RawEndpoint>,
@@ -292,7 +305,10 @@ impl Builder<'_, '_> {
             enabled: e.enabled.unwrap_or(true),
             always_serve,
             priority: int_or(self.sink, e.priority.as_ref(), 1, 1000, "priority", pos as u32 + 1),
-            weight: int_or(self.sink, e.weight.as_ref(), 0, 1000, "weight", 1),
+            weight: match method {
+                Some(Method::Groups) => int_or(self.sink, e.weight.as_ref(), 0, 255, "weight", 128),
+                _ => int_or(self.sink, e.weight.as_ref(), 0, 1000, "weight", 1),
+            },
             health_slot: usize::MAX,
             monitor: if always_serve { None } else { monitor },
         }

@@ -136,8 +136,9 @@ fn answer<R: Rng + ?Sized>(
             TYPE_ANY => return rfc8482(&reply, zone, out),
             _ => return negative(&reply, zone, apex, request::RCODE_NOERROR, out),
         };
-        let ctx = Ctx::new(&snap.profiles, health);
-        return match routing::route(ctx, pid, want, client, rng) {
+        let ctx = Ctx::new(&snap.profiles, health, &snap.world);
+        let q = routing::Query { want, client: &client };
+        return match routing::route(ctx, pid, q, rng) {
             Decision::Answer { endpoints, scope } => {
                 let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
                 for ep in &endpoints {
@@ -160,8 +161,8 @@ fn answer<R: Rng + ?Sized>(
 /// The client for routing: the ECS subnet if the query has one, else the source address.
 fn client_of(req: &Request<'_>, src: IpAddr) -> Client {
     match req.edns.and_then(|e| e.ecs) {
-        Some(e) if e.source > 0 => Client { addr: e.addr, prefix: e.source },
-        Some(_) => Client { addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED), prefix: 0 },
+        Some(e) if e.source > 0 => Client::new(e.addr, e.source),
+        Some(_) => Client::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
         None => Client::from_addr(src),
     }
 }

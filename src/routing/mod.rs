@@ -2,54 +2,48 @@
 //!
 //! Everything here is pure — no I/O, no clock, no tokio. The DNS responder, `explain` and
 //! the tests all call `route`, so the wire can never disagree with what an operator is told.
-//! Randomness comes in as an `Rng` so tests can seed it.
+//! Randomness comes in as an `Rng` so tests can seed it. One file per routing method; each
+//! returns a `Pick`, and this module resolves nested endpoints and assembles the `Decision`.
 
 pub mod dial;
+mod geographic;
+mod groups;
 mod multivalue;
+mod performance;
 mod priority;
 pub mod status;
+mod subnet;
 pub mod weighted;
+mod zone;
 
 use std::cell::RefCell;
-use std::net::IpAddr;
 
 use arrayvec::ArrayVec;
 use rand::Rng;
 use smallvec::SmallVec;
 
 use crate::health::{HealthView, Status};
-use crate::model::{Endpoint, Method, Profile, ProfileId, Target, Want};
+use crate::location::World;
+use crate::model::{Endpoint, Profile, ProfileId, Rules, Target, Want};
 
 /// Most records one routing decision returns (multivalue's `max_return` is at most 10).
 pub const MAX_ANSWERS: usize = 10;
 
-/// The client a decision is made for: the ECS address when the query has one, else the
-/// source address. `prefix` is how many leading bits of `addr` are known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Client {
-    pub addr: IpAddr,
-    pub prefix: u8,
-}
-
-impl Client {
-    pub fn from_addr(addr: IpAddr) -> Client {
-        let prefix = if addr.is_ipv4() { 32 } else { 128 };
-        Client { addr, prefix }
-    }
-}
+pub use crate::location::Client;
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {
     pub profiles: &'a [Profile],
     pub health: &'a H,
+    pub world: &'a World,
     /// Where `explain` collects the decision trace; `None` on the query path, where
     /// nothing is formatted.
     pub trace: Option<&'a RefCell<Vec<String>>>,
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
-    pub fn new(profiles: &'a [Profile], health: &'a H) -> Self {
-        Ctx { profiles, health, trace: None }
+    pub fn new(profiles: &'a [Profile], health: &'a H, world: &'a World) -> Self {
+        Ctx { profiles, health, world, trace: None }
     }
 
     /// Records one line of the decision trace (only when tracing).
@@ -89,55 +83,98 @@ pub struct Candidate {
 
 pub type Candidates = SmallVec<[Candidate; 16]>;
 
-/// Routes a query for `want` at `profile` (which must be enabled) for `client`.
+/// What a method chose, before nested endpoints are resolved.
+#[derive(Debug)]
+pub enum Pick<'a> {
+    /// One endpoint (by index in the profile) and the ECS scope of the choice.
+    One(usize, u8),
+    /// Several leaf endpoints (multivalue).
+    Many(ArrayVec<&'a Endpoint, MAX_ANSWERS>),
+    /// Nothing to answer with.
+    NoData(u8),
+}
+
+/// One query as routing sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Query<'c> {
+    pub want: Want,
+    pub client: &'c Client,
+}
+
+/// Routes `q` at `profile` (which must be enabled).
 pub fn route<'a, H, R>(
     ctx: Ctx<'a, H>,
     profile: ProfileId,
-    want: Want,
-    client: Client,
+    q: Query<'_>,
     rng: &mut R,
 ) -> Decision<'a>
 where
     H: HealthView + ?Sized,
     R: Rng + ?Sized,
 {
-    route_at(ctx, &ctx.profiles[profile], want, client, rng)
+    route_at(ctx, &ctx.profiles[profile], q, rng)
 }
 
 fn route_at<'a, H, R>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
-    want: Want,
-    client: Client,
+    q: Query<'_>,
     rng: &mut R,
 ) -> Decision<'a>
 where
     H: HealthView + ?Sized,
     R: Rng + ?Sized,
 {
-    let eligible = eligible(ctx, profile, want);
-    if eligible.is_empty() {
-        return Decision::NoData { scope: 0 };
-    }
-    let (picked, scope) = match profile.method {
-        Method::Priority => (priority::pick(profile, &eligible), 0),
-        Method::Weighted => weighted::pick(profile, &eligible, client, rng),
-        Method::Multivalue => {
-            return Decision::Answer {
-                endpoints: multivalue::pick(profile, &eligible, rng),
-                scope: 0,
-            };
+    ctx.note(|| format!("profile {} (routing: {})", profile.name, profile.method.as_str()));
+    let pick = match &profile.rules {
+        Rules::Plain => plain(ctx, profile, q, rng),
+        Rules::Geographic { by_code, fallback_on_degraded } => {
+            geographic::pick(ctx, profile, by_code, *fallback_on_degraded, q)
+        }
+        Rules::Subnet { ranges, fallback, fallback_on_degraded } => {
+            subnet::pick(ctx, profile, ranges, *fallback, *fallback_on_degraded, q)
+        }
+        Rules::Performance { region } => performance::pick(ctx, profile, region, q),
+        Rules::Groups { groups } => groups::pick(ctx, profile, groups, q, rng),
+        Rules::Zone { zone, safety_threshold } => {
+            zone::pick(ctx, profile, zone, *safety_threshold, q, rng)
         }
     };
-    resolve(ctx, &profile.endpoints[picked], want, client, scope, rng)
+    match pick {
+        Pick::One(i, scope) => resolve(ctx, &profile.endpoints[i], q, scope, rng),
+        Pick::Many(endpoints) => Decision::Answer { endpoints, scope: 0 },
+        Pick::NoData(scope) => {
+            ctx.note(|| "no endpoint can answer: NODATA".to_string());
+            Decision::NoData { scope }
+        }
+    }
+}
+
+/// priority, weighted and multivalue: a choice among the eligible endpoints.
+fn plain<'a, H, R>(ctx: Ctx<'a, H>, profile: &'a Profile, q: Query<'_>, rng: &mut R) -> Pick<'a>
+where
+    H: HealthView + ?Sized,
+    R: Rng + ?Sized,
+{
+    let eligible = eligible(ctx, profile, q.want);
+    if eligible.is_empty() {
+        return Pick::NoData(0);
+    }
+    match profile.method {
+        crate::model::Method::Weighted => {
+            let (i, scope) = weighted::pick(profile, &eligible, q.client, rng);
+            Pick::One(i, scope)
+        }
+        crate::model::Method::Multivalue => Pick::Many(multivalue::pick(profile, &eligible, rng)),
+        _ => Pick::One(priority::pick(profile, &eligible), 0),
+    }
 }
 
 /// Turns a picked endpoint into the answer: itself, or its child profile's answer.
 fn resolve<'a, H, R>(
     ctx: Ctx<'a, H>,
     endpoint: &'a Endpoint,
-    want: Want,
-    client: Client,
+    q: Query<'_>,
     scope: u8,
     rng: &mut R,
 ) -> Decision<'a>
@@ -145,8 +182,9 @@ where
     H: HealthView + ?Sized,
     R: Rng + ?Sized,
 {
+    ctx.note(|| format!("picked endpoint {}", endpoint.name));
     match &endpoint.target {
-        Target::Nested(n) => match route_at(ctx, &ctx.profiles[n.child], want, client, rng) {
+        Target::Nested(n) => match route_at(ctx, &ctx.profiles[n.child], q, rng) {
             Decision::Answer { endpoints, scope: s } => {
                 Decision::Answer { endpoints, scope: scope.max(s) }
             }
@@ -174,10 +212,22 @@ pub fn eligible<H: HealthView + ?Sized>(
         .filter(|(_, ep)| ep.enabled && ep.can_answer(want, ctx.profiles))
         .map(|(index, ep)| Candidate { index, status: status::endpoint_status(ctx, ep) })
         .collect();
+    ctx.note(|| {
+        let list: Vec<String> = all
+            .iter()
+            .map(|c| format!("{} ({})", profile.endpoints[c.index].name, c.status))
+            .collect();
+        format!(
+            "candidates for {:?}: {}",
+            want,
+            if list.is_empty() { "none".into() } else { list.join(", ") }
+        )
+    });
     let serving: Candidates = all.iter().copied().filter(|c| c.status.is_serving()).collect();
     if !serving.is_empty() || !profile.fail_open {
         return serving;
     }
+    ctx.note(|| "no endpoint is serving; fail_open: degraded endpoints serve".to_string());
     all.into_iter().filter(|c| c.status == Status::Degraded).collect()
 }
 

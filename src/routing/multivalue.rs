@@ -26,10 +26,10 @@ mod tests {
     use crate::health::Status;
     use crate::model::{Method, Want};
     use crate::routing::testkit::*;
-    use crate::routing::{Client, Decision, route};
+    use crate::routing::{Client, Decision, Query, route};
 
-    fn world(n: usize, max_return: u8) -> World {
-        let mut w = World::new();
+    fn world(n: usize, max_return: u8) -> Lab {
+        let mut w = Lab::new();
         let p = w.profile("mv", Method::Multivalue);
         for i in 0..n {
             w.ep(p, &format!("e{i}"), &format!("192.0.2.{}", i + 1));
@@ -39,9 +39,9 @@ mod tests {
         w.finish()
     }
 
-    fn names(w: &World, want: Want, r: &mut rand::rngs::SmallRng) -> Vec<String> {
+    fn names(w: &Lab, want: Want, r: &mut rand::rngs::SmallRng) -> Vec<String> {
         let client = Client::from_addr("198.51.100.1".parse().unwrap());
-        match route(w.ctx(), 0, want, client, r) {
+        match route(w.ctx(), 0, Query { want, client: &client }, r) {
             Decision::Answer { endpoints, scope } => {
                 assert_eq!(scope, 0);
                 endpoints.iter().map(|e| e.name.clone()).collect()

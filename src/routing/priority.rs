@@ -18,11 +18,11 @@ mod tests {
     use crate::health::Status;
     use crate::model::{Method, Want};
     use crate::routing::testkit::*;
-    use crate::routing::{Client, Decision, route};
+    use crate::routing::{Client, Decision, Query, route};
 
-    fn answer(w: &World, want: Want) -> Option<String> {
+    fn answer(w: &Lab, want: Want) -> Option<String> {
         let client = Client::from_addr("198.51.100.1".parse().unwrap());
-        match route(w.ctx(), 0, want, client, &mut rng(1)) {
+        match route(w.ctx(), 0, Query { want, client: &client }, &mut rng(1)) {
             Decision::Answer { endpoints, .. } => Some(endpoints[0].name.clone()),
             Decision::NoData { .. } => None,
         }
@@ -43,7 +43,7 @@ mod tests {
             ([Disabled, Disabled, Disabled], true, None),
         ];
         for (i, (sts, fail_open, want)) in cases.iter().enumerate() {
-            let mut w = World::new();
+            let mut w = Lab::new();
             let p = w.profile("www", Method::Priority);
             // Config order differs from priority order to prove the number decides.
             w.ep(p, "p3", "192.0.2.3");
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn family_filters_candidates() {
-        let mut w = World::new();
+        let mut w = Lab::new();
         let p = w.profile("www", Method::Priority);
         w.ep(p, "v4", "192.0.2.1");
         w.ep(p, "v6", "2001:db8::1");

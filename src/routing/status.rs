@@ -55,8 +55,8 @@ mod tests {
     use crate::routing::testkit::*;
 
     /// Child "c" with endpoints c1 (v4), c2 (v4), c3 (v6); parent "p" nests it.
-    fn world(min: u32, min4: u32, min6: u32, child_enabled: bool) -> World {
-        let mut w = World::new();
+    fn world(min: u32, min4: u32, min6: u32, child_enabled: bool) -> Lab {
+        let mut w = Lab::new();
         let c = w.profile("c", crate::model::Method::Priority);
         w.ep(c, "c1", "192.0.2.1");
         w.ep(c, "c2", "192.0.2.2");
@@ -89,7 +89,7 @@ mod tests {
             let w = world(min, min4, min6, enabled);
             let ov: Vec<(usize, Status)> = sts.iter().enumerate().map(|(s, st)| (s, *st)).collect();
             let h = Overlay { base: &w.health, overrides: &ov };
-            let ctx = Ctx::new(&w.profiles, &h);
+            let ctx = Ctx::new(&w.profiles, &h, &w.world);
             let p = &w.profiles[1];
             assert_eq!(endpoint_status(ctx, &p.endpoints[0]), want, "case {i}");
         }
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn unmonitored_counts_online_and_disabled_endpoint_is_disabled() {
-        let mut w = World::new();
+        let mut w = Lab::new();
         let c = w.profile("c", crate::model::Method::Priority);
         w.ep(c, "c1", "192.0.2.1");
         w.profiles[c].endpoints[0].always_serve = true;

@@ -8,16 +8,18 @@ use crate::health::{HealthTable, Status};
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Target};
 
 use super::Ctx;
+use crate::location::World;
 
-pub struct World {
+pub struct Lab {
     pub profiles: Vec<Profile>,
     pub health: HealthTable,
+    pub world: World,
     slots: usize,
 }
 
-impl World {
-    pub fn new() -> World {
-        World { profiles: Vec::new(), health: HealthTable::new([]), slots: 0 }
+impl Lab {
+    pub fn new() -> Lab {
+        Lab { profiles: Vec::new(), health: HealthTable::new([]), world: World::empty(), slots: 0 }
     }
 
     pub fn profile(&mut self, name: &str, method: Method) -> usize {
@@ -33,6 +35,7 @@ impl World {
             max_return: 2,
             sticky: false,
             endpoints: Vec::new(),
+            rules: crate::model::Rules::Plain,
             families: Families::default(),
             hash_seed: 0x5eed,
         });
@@ -79,17 +82,94 @@ impl World {
     }
 
     /// Computes families and builds a health table with every slot `checking`.
-    pub fn finish(mut self) -> World {
+    pub fn finish(mut self) -> Lab {
         crate::config::compute_families(&mut self.profiles);
         self.health = HealthTable::new(std::iter::repeat_n(Status::Checking, self.slots));
         self
     }
 
     pub fn ctx(&self) -> Ctx<'_, HealthTable> {
-        Ctx::new(&self.profiles, &self.health)
+        Ctx::new(&self.profiles, &self.health, &self.world)
     }
 }
 
 pub fn rng(seed: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed)
 }
+
+impl Lab {
+    /// Loads a latency table from YAML text (contract §6 format).
+    pub fn latency(&mut self, yaml: &str) {
+        let table = crate::geo::LatencyTable::parse(
+            yaml,
+            std::path::Path::new("latency.yaml"),
+            self.world.regions.clone(),
+        )
+        .expect("test latency table is valid");
+        self.world.latency = Some(table);
+    }
+
+    pub fn region(&self, name: &str) -> usize {
+        self.world.latency.as_ref().unwrap().region(name).unwrap()
+    }
+
+    /// Sets `topology.zones`.
+    pub fn topology(&mut self, zones: &[(&str, &[&str])]) {
+        let mut entries = Vec::new();
+        for (z, (name, nets)) in zones.iter().enumerate() {
+            self.world.zone_names.push(name.to_string());
+            for n in *nets {
+                entries.push((crate::netrange::Range::parse(n).unwrap(), z));
+            }
+        }
+        self.world.topology = crate::netrange::RangeMap::new(entries).unwrap();
+    }
+}
+
+/// A client at a known place: country, subdivision (without the country prefix),
+/// coordinates and the geo network's prefix length.
+pub fn client_in(
+    addr: &str,
+    country: &str,
+    sub: &str,
+    coords: Option<(f64, f64)>,
+    prefix: u8,
+) -> crate::location::Client {
+    use crate::geo::{Code, Location};
+    let location = Location {
+        continent: None,
+        country: Code::new(country),
+        subdivision: Code::new(sub),
+        lat: coords.map(|c| c.0),
+        lon: coords.map(|c| c.1),
+        prefix_len: prefix,
+    };
+    let located = crate::location::Located { location: Some(location), prefix };
+    crate::location::Client::at(addr.parse().unwrap(), located)
+}
+
+/// The names a decision answers with (empty for NODATA) and its scope.
+pub fn names(d: &super::Decision<'_>) -> (Vec<String>, u8) {
+    match d {
+        super::Decision::Answer { endpoints, scope } => {
+            (endpoints.iter().map(|e| e.name.clone()).collect(), *scope)
+        }
+        super::Decision::NoData { scope } => (Vec::new(), *scope),
+    }
+}
+
+/// Three regions; a CIDR row, a country row for CN; the rest by distance.
+pub const LATENCY: &str = r#"
+regions:
+  cn-beijing: { lat: 39.90, lon: 116.40 }
+  cn-shanghai: { lat: 31.23, lon: 121.47 }
+  eu-west: { lat: 48.85, lon: 2.35 }
+rtt:
+  - from: "203.0.113.0/24"
+    to: { cn-beijing: 40, cn-shanghai: 12, eu-west: 200 }
+  - from: CN
+    to: { cn-beijing: 20, cn-shanghai: 30, eu-west: 180 }
+"#;
+
+pub const PARIS: Option<(f64, f64)> = Some((48.86, 2.35));
+pub const BEIJING: Option<(f64, f64)> = Some((39.9, 116.4));

@@ -21,7 +21,7 @@ pub const STICKY_V6: u8 = 56;
 pub fn pick<R: Rng + ?Sized>(
     profile: &Profile,
     eligible: &[Candidate],
-    client: Client,
+    client: &Client,
     rng: &mut R,
 ) -> (usize, u8) {
     let any_weight = eligible.iter().any(|c| profile.endpoints[c.index].weight > 0);
@@ -29,13 +29,28 @@ pub fn pick<R: Rng + ?Sized>(
         0 if !any_weight => 1,
         w => w,
     };
-    if profile.sticky {
-        let (key, scope) = sticky_key(client);
-        return (rendezvous(profile, eligible, weight, key), scope);
+    choose(profile, eligible, weight, client, profile.sticky, rng)
+}
+
+/// Picks one of `cands` (not empty) in proportion to `weight` — at random, or with
+/// `sticky` by a weighted rendezvous hash of the client subnet. Zero weights everywhere
+/// mean equal chances. Returns (index in profile, ECS scope).
+pub fn choose<R: Rng + ?Sized>(
+    profile: &Profile,
+    cands: &[Candidate],
+    weight: impl Fn(&Candidate) -> u32,
+    client: &Client,
+    sticky: bool,
+    rng: &mut R,
+) -> (usize, u8) {
+    let total: u64 = cands.iter().map(|c| u64::from(weight(c))).sum();
+    let weight = |c: &Candidate| if total == 0 { 1 } else { weight(c) };
+    if sticky {
+        return sticky_pick(profile, cands, weight, client);
     }
-    let total: u64 = eligible.iter().map(|c| u64::from(weight(c))).sum();
+    let total = if total == 0 { cands.len() as u64 } else { total };
     let mut point = rng.random_range(0..total);
-    for c in eligible {
+    for c in cands {
         let w = u64::from(weight(c));
         if point < w {
             return (c.index, 0);
@@ -45,8 +60,20 @@ pub fn pick<R: Rng + ?Sized>(
     unreachable!("point < total")
 }
 
+/// The deterministic pick for the client's /24 (/56): weighted rendezvous hashing, so a
+/// client keeps its endpoint while that endpoint stays eligible. Returns (index, scope).
+pub fn sticky_pick(
+    profile: &Profile,
+    cands: &[Candidate],
+    weight: impl Fn(&Candidate) -> u32,
+    client: &Client,
+) -> (usize, u8) {
+    let (key, scope) = sticky_key(client);
+    (rendezvous(profile, cands, weight, key), scope)
+}
+
 /// The client's subnet as a hash key, and its prefix length (the ECS scope).
-pub fn sticky_key(client: Client) -> (u64, u8) {
+pub fn sticky_key(client: &Client) -> (u64, u8) {
     match client.addr {
         IpAddr::V4(a) => {
             let prefix = STICKY_V4.min(client.prefix);
@@ -73,12 +100,12 @@ fn mask64(prefix: u8) -> u64 {
 /// Weighted rendezvous hashing: the candidate with the highest `w / -ln(u)` wins.
 fn rendezvous(
     profile: &Profile,
-    eligible: &[Candidate],
+    cands: &[Candidate],
     weight: impl Fn(&Candidate) -> u32,
     key: u64,
 ) -> usize {
-    let mut best = (f64::NEG_INFINITY, eligible[0].index);
-    for c in eligible {
+    let mut best = (f64::NEG_INFINITY, cands[0].index);
+    for c in cands {
         let w = weight(c);
         if w == 0 {
             continue;
@@ -118,10 +145,10 @@ mod tests {
     use crate::health::Status;
     use crate::model::{Method, Want};
     use crate::routing::testkit::*;
-    use crate::routing::{Client, Decision, route};
+    use crate::routing::{Client, Decision, Query, route};
 
-    fn world(weights: &[u32], sticky: bool) -> World {
-        let mut w = World::new();
+    fn world(weights: &[u32], sticky: bool) -> Lab {
+        let mut w = Lab::new();
         let p = w.profile("www", Method::Weighted);
         for (i, wt) in weights.iter().enumerate() {
             w.ep(p, &format!("e{i}"), &format!("192.0.2.{}", i + 1));
@@ -131,15 +158,15 @@ mod tests {
         w.finish()
     }
 
-    fn pick(w: &World, client: &str, r: &mut rand::rngs::SmallRng) -> (String, u8) {
+    fn pick(w: &Lab, client: &str, r: &mut rand::rngs::SmallRng) -> (String, u8) {
         let client = Client::from_addr(client.parse().unwrap());
-        match route(w.ctx(), 0, Want::A, client, r) {
+        match route(w.ctx(), 0, Query { want: Want::A, client: &client }, r) {
             Decision::Answer { endpoints, scope } => (endpoints[0].name.clone(), scope),
             other => panic!("{other:?}"),
         }
     }
 
-    fn shares(w: &World, n: usize) -> HashMap<String, f64> {
+    fn shares(w: &Lab, n: usize) -> HashMap<String, f64> {
         let mut r = rng(7);
         let mut counts = HashMap::new();
         for _ in 0..n {

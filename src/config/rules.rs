@@ -1,0 +1,246 @@
+//! Method-specific profile rules (contract §3 and §5): region codes for geographic,
+//! ranges and the fallback for subnet, latency regions for performance, endpoint groups
+//! with traffic dials, and topology zones for same-zone-first routing.
+
+use std::collections::HashMap;
+
+use super::check::int_or;
+use super::error::Pos;
+use super::profiles::Builder;
+use super::raw::{RawEndpoint, RawGroup, RawProfile, S};
+use crate::model::{Endpoint, Group, Method, Rules, Target};
+use crate::netrange::{Range, RangeMap};
+
+type RawEndpoints = S<Vec<S<RawEndpoint>>>;
+
+impl Builder<'_, '_> {
+    /// Rejects endpoint keys that the profile's method does not use (a likely mistake).
+    pub(super) fn method_keys(&mut self, ep: &S<RawEndpoint>, method: Option<Method>) {
+        let Some(method) = method else { return };
+        let e = &ep.value;
+        let keys = [
+            (e.geo.as_ref().map(Pos::of), "geo", Method::Geographic),
+            (e.subnets.as_ref().map(Pos::of), "subnets", Method::Subnet),
+            (e.zone.as_ref().map(Pos::of), "zone", Method::Zone),
+        ];
+        for (at, key, wanted) in keys {
+            if let Some(at) = at
+                && method != wanted
+            {
+                self.sink.at(at, format!("{key} applies to routing: {} only", wanted.as_str()));
+            }
+        }
+        if let Some(l) = &e.location
+            && method != Method::Performance
+        {
+            self.sink
+                .on(l, "location applies to routing: performance only (groups set it per group)");
+        }
+    }
+
+    pub(super) fn rules(
+        &mut self,
+        raw: &RawProfile,
+        eps: &RawEndpoints,
+        endpoints: &[Endpoint],
+        method: Method,
+    ) -> Rules {
+        let degraded_fallback = self.degraded_match(raw, method);
+        if let Some(t) = &raw.safety_threshold
+            && method != Method::Zone
+        {
+            self.sink.on(t, "safety_threshold applies to routing: zone only");
+        }
+        match method {
+            Method::Geographic => self.geographic(eps, endpoints, degraded_fallback),
+            Method::Subnet => self.subnet(eps, endpoints, degraded_fallback),
+            Method::Performance => self.performance(raw, eps),
+            Method::Zone => self.zone(raw, eps),
+            _ => Rules::Plain,
+        }
+    }
+
+    fn degraded_match(&mut self, raw: &RawProfile, method: Method) -> bool {
+        let Some(v) = &raw.degraded_match else { return false };
+        if !matches!(method, Method::Geographic | Method::Subnet) {
+            self.sink.on(v, "degraded_match applies to geographic and subnet routing only");
+        }
+        match v.value.as_str() {
+            "serve" => false,
+            "fallback" => true,
+            other => {
+                self.sink.on(v, format!("degraded_match must be serve or fallback, got {other:?}"));
+                false
+            }
+        }
+    }
+
+    fn geographic(&mut self, eps: &RawEndpoints, endpoints: &[Endpoint], fallback: bool) -> Rules {
+        let mut by_code: HashMap<Box<str>, usize> = HashMap::new();
+        let mut owner: HashMap<String, &str> = HashMap::new();
+        for (i, ep) in eps.value.iter().enumerate() {
+            let Some(codes) = &ep.value.geo else {
+                self.sink.on(ep, "geographic endpoints need geo: (region codes)");
+                continue;
+            };
+            for code in &codes.value {
+                let Some(canon) = self.world.regions.canonical(code.value.trim()) else {
+                    self.sink.on(code, format!("unknown region code {:?}", code.value));
+                    continue;
+                };
+                let canon = canon.to_string();
+                if let Some(other) = owner.get(&canon) {
+                    self.sink.on(
+                        code,
+                        format!("region code {canon} is already mapped to endpoint {other}"),
+                    );
+                    continue;
+                }
+                owner.insert(canon.clone(), &ep.value.name.value);
+                if endpoints[i].enabled {
+                    by_code.insert(canon.into_boxed_str(), i);
+                }
+            }
+        }
+        Rules::Geographic { by_code, fallback_on_degraded: fallback }
+    }
+
+    fn subnet(
+        &mut self,
+        eps: &RawEndpoints,
+        endpoints: &[Endpoint],
+        fallback_on_degraded: bool,
+    ) -> Rules {
+        let mut all: Vec<(Range, (usize, Pos))> = Vec::new();
+        let mut fallback = None;
+        for (i, ep) in eps.value.iter().enumerate() {
+            let Some(list) = ep.value.subnets.as_ref().filter(|l| !l.value.is_empty()) else {
+                match fallback {
+                    None => fallback = Some(i),
+                    Some(f) => self.sink.on(
+                        ep,
+                        format!(
+                            "more than one fallback endpoint (without subnets): {} and {}",
+                            endpoints[f].name, endpoints[i].name
+                        ),
+                    ),
+                }
+                continue;
+            };
+            for r in &list.value {
+                match Range::parse(&r.value) {
+                    Ok(range) => all.push((range, (i, Pos::of(r)))),
+                    Err(e) => self.sink.on(r, e),
+                }
+            }
+        }
+        let positions: HashMap<Range, Pos> = all.iter().map(|(r, (_, p))| (*r, *p)).collect();
+        if let Err(overlaps) = RangeMap::new(all.clone()) {
+            for (a, b) in overlaps {
+                self.sink.at(positions[&b], format!("range {b} overlaps {a}"));
+            }
+        }
+        let enabled = all
+            .into_iter()
+            .filter(|(_, (i, _))| endpoints[*i].enabled)
+            .map(|(r, (i, _))| (r, i))
+            .collect();
+        let ranges = RangeMap::new(enabled).unwrap_or_default();
+        Rules::Subnet { ranges, fallback, fallback_on_degraded }
+    }
+
+    fn performance(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
+        let region = eps
+            .value
+            .iter()
+            .map(|ep| self.region(raw, ep.value.location.as_ref(), Pos::of(ep)))
+            .collect();
+        Rules::Performance { region }
+    }
+
+    /// A latency-table region by name; errors name what is missing.
+    fn region(&mut self, raw: &RawProfile, loc: Option<&S<String>>, at: Pos) -> usize {
+        let Some(table) = &self.world.latency else {
+            self.sink.on(
+                &raw.routing,
+                "this routing method needs latency: { table: ... } in steerdns.yaml",
+            );
+            return 0;
+        };
+        let Some(loc) = loc else {
+            self.sink.at(at, "location: (a latency-table region) is required");
+            return 0;
+        };
+        table.region(loc.value.trim()).unwrap_or_else(|| {
+            self.sink
+                .on(loc, format!("location {:?} is not a region of the latency table", loc.value));
+            0
+        })
+    }
+
+    fn zone(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
+        let safety_threshold =
+            int_or(self.sink, raw.safety_threshold.as_ref(), 0, 100, "safety_threshold", 20);
+        let mut zone = Vec::with_capacity(eps.value.len());
+        for ep in &eps.value {
+            let z = match &ep.value.zone {
+                None => {
+                    self.sink.on(ep, "zone routing endpoints need zone:");
+                    0
+                }
+                Some(z) => {
+                    self.world.zone_names.iter().position(|n| *n == z.value).unwrap_or_else(|| {
+                        self.sink.on(z, format!("zone {:?} is not in topology.zones", z.value));
+                        0
+                    })
+                }
+            };
+            zone.push(z);
+        }
+        Rules::Zone { zone, safety_threshold }
+    }
+
+    /// `routing: groups`: endpoints of every group, flattened, and the groups as slices.
+    pub(super) fn groups(&mut self, raw: &RawProfile) -> (Vec<Endpoint>, Rules) {
+        let Some(raw_groups) = &raw.groups else {
+            self.sink.on(&raw.routing, "routing: groups needs groups:");
+            return (Vec::new(), Rules::Groups { groups: Vec::new() });
+        };
+        let mut endpoints: Vec<Endpoint> = Vec::new();
+        let mut groups = Vec::new();
+        for g in &raw_groups.value {
+            if groups.iter().any(|x: &Group| x.name == g.value.name.value) {
+                self.sink
+                    .on(&g.value.name, format!("duplicate group name {:?}", g.value.name.value));
+            }
+            groups.push(self.group(raw, g, &mut endpoints));
+        }
+        (endpoints, Rules::Groups { groups })
+    }
+
+    fn group(&mut self, raw: &RawProfile, g: &S<RawGroup>, endpoints: &mut Vec<Endpoint>) -> Group {
+        let start = endpoints.len();
+        for ep in &g.value.endpoints.value {
+            let e = self.endpoint(raw, ep, endpoints.len(), Some(Method::Groups));
+            if matches!(e.target, Target::Nested(_)) {
+                self.sink.on(
+                    ep,
+                    "group endpoints need a target (nested profiles are not allowed in groups)",
+                );
+            }
+            if endpoints.iter().any(|x| x.name == e.name) {
+                self.sink.on(&ep.value.name, format!("duplicate endpoint name {:?}", e.name));
+            }
+            if let Some(l) = &ep.value.location {
+                self.sink.on(l, "location is set per group, not per endpoint");
+            }
+            endpoints.push(e);
+        }
+        Group {
+            name: g.value.name.value.clone(),
+            region: self.region(raw, g.value.location.as_ref(), Pos::of(g)),
+            dial: int_or(self.sink, g.value.traffic_dial.as_ref(), 0, 100, "traffic_dial", 100),
+            endpoints: start..endpoints.len(),
+        }
+    }
+}

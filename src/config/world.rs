@@ -1,0 +1,62 @@
+//! Loads the location data named in `steerdns.yaml`: the geo database, the latency table
+//! and the topology of zones (client networks per zone).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::error::{Pos, Sink};
+use super::raw::RawServer;
+use crate::geo::{GeoDb, LatencyTable, Regions};
+use crate::location::World;
+use crate::netrange::{Range, RangeMap};
+
+pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> World {
+    let regions = Regions::builtin();
+    let db = raw.geo.as_ref().and_then(|g| match GeoDb::open(&base.join(&g.database.value)) {
+        Ok(db) => Some(db),
+        Err(e) => {
+            sink.on(&g.database, e.to_string());
+            None
+        }
+    });
+    let latency = raw.latency.as_ref().and_then(|l| {
+        match LatencyTable::load(&base.join(&l.table.value), Arc::clone(&regions)) {
+            Ok(t) => Some(t),
+            Err(errors) => {
+                sink.errors.extend(errors.0);
+                None
+            }
+        }
+    });
+    let (topology, zone_names) = topology(sink, raw);
+    World { db, regions, latency, topology, zone_names }
+}
+
+/// `topology.zones`: each zone's networks; networks may not overlap across zones.
+fn topology(sink: &mut Sink<'_>, raw: &RawServer) -> (RangeMap<usize>, Vec<String>) {
+    let Some(t) = &raw.topology else { return (RangeMap::default(), Vec::new()) };
+    let mut entries = Vec::new();
+    let mut positions = Vec::new();
+    let names: Vec<String> = t.zones.keys().cloned().collect();
+    for (z, nets) in t.zones.values().enumerate() {
+        for n in nets {
+            match Range::parse(&n.value) {
+                Ok(r) => {
+                    entries.push((r, z));
+                    positions.push((r, Pos::of(n)));
+                }
+                Err(e) => sink.on(n, e),
+            }
+        }
+    }
+    match RangeMap::new(entries) {
+        Ok(map) => (map, names),
+        Err(overlaps) => {
+            for (a, b) in overlaps {
+                let at = positions.iter().find(|(r, _)| *r == b).map_or(Pos::default(), |p| p.1);
+                sink.at(at, format!("topology network {b} overlaps {a}"));
+            }
+            (RangeMap::default(), names)
+        }
+    }
+}

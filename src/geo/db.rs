@@ -1,0 +1,227 @@
+//! The geo database: a MaxMind DB (GeoIP2/GeoLite2 City or Country layout, or one written by
+//! `steerdns geo build`) memory-mapped and asked, per query, where a client address is.
+//!
+//! Only the fields routing needs are decoded — continent code, country (falling back to the
+//! registered country), the first subdivision, coordinates — into borrowed strings that are
+//! copied into inline `Code`s, so a lookup never allocates and skips the bulky `names` maps.
+//! The matched network's prefix length is reported in the client's own address family: it is
+//! the ECS scope of any decision taken from the location.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use maxminddb::{MaxMindDbError, Mmap, Reader};
+use serde::Deserialize;
+
+use super::Code;
+
+/// Where a client address is, as far as the database knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Location {
+    /// MaxMind continent code: AF, AN, AS, EU, NA, OC, SA.
+    pub continent: Option<Code>,
+    /// ISO 3166-1 alpha-2.
+    pub country: Option<Code>,
+    /// ISO 3166-2 subdivision part without the country prefix (`CA`, `ENG`).
+    pub subdivision: Option<Code>,
+    pub lat: Option<f64>,
+    pub lon: Option<f64>,
+    /// Length of the database network that matched, in the looked-up address's family
+    /// (an IPv4 client in an IPv6 database reports e.g. 24, not 120).
+    pub prefix_len: u8,
+}
+
+impl Location {
+    /// Latitude and longitude when the database has both.
+    pub fn coords(&self) -> Option<(f64, f64)> {
+        self.lat.zip(self.lon)
+    }
+}
+
+/// Why a database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum GeoError {
+    #[error("{}: cannot open geo database: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: MaxMindDbError,
+    },
+}
+
+/// A summary of the database's metadata, for the startup log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbInfo {
+    pub database_type: String,
+    pub build_epoch: u64,
+    pub node_count: u32,
+    pub ip_version: u16,
+    pub record_size: u16,
+}
+
+impl fmt::Display for DbInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (built {}, IPv{} tree, {} nodes, {}-bit records)",
+            self.database_type,
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.build_epoch)
+            ),
+            self.ip_version,
+            self.node_count,
+            self.record_size
+        )
+    }
+}
+
+/// An open, memory-mapped geo database. `Send + Sync`; share it behind an `Arc`.
+pub struct GeoDb {
+    reader: Reader<Mmap>,
+    path: PathBuf,
+}
+
+impl fmt::Debug for GeoDb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GeoDb").field("path", &self.path).field("info", &self.metadata()).finish()
+    }
+}
+
+/// The fields of a GeoIP2 City/Country record that routing uses; everything else in the
+/// record (names in eight languages, postal codes, traits) is skipped, not decoded.
+#[derive(Deserialize)]
+struct Record<'a> {
+    #[serde(borrow)]
+    continent: Option<Continent<'a>>,
+    #[serde(borrow)]
+    country: Option<Country<'a>>,
+    #[serde(borrow)]
+    registered_country: Option<Country<'a>>,
+    #[serde(borrow)]
+    subdivisions: Option<FirstSubdivision<'a>>,
+    location: Option<Coordinates>,
+}
+
+#[derive(Deserialize)]
+struct Continent<'a> {
+    code: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct Country<'a> {
+    iso_code: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct Coordinates {
+    latitude: Option<f64>,
+    longitude: Option<f64>,
+}
+
+/// The first element of `subdivisions` (the largest one, by MaxMind's convention); the
+/// others are skipped.
+struct FirstSubdivision<'a>(Option<&'a str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstSubdivision<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = FirstSubdivision<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of subdivisions")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<Self::Value, A::Error> {
+                let first = s.next_element::<Country<'de>>()?.and_then(|c| c.iso_code);
+                while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(FirstSubdivision(first))
+            }
+        }
+        d.deserialize_seq(Visit(std::marker::PhantomData))
+    }
+}
+
+impl GeoDb {
+    /// Opens and memory-maps the database at `path`.
+    ///
+    /// The file must not be modified in place while open (a mapped page changing under a
+    /// lookup is undefined behaviour): replace it by writing a new file and renaming it over
+    /// the old one, as `geo build` and MaxMind's `geoipupdate` do, then reload.
+    pub fn open(path: &Path) -> Result<GeoDb, GeoError> {
+        let err = |source| GeoError::Open { path: path.to_path_buf(), source };
+        // SAFETY: see above — steerdns never writes a database it has open, and the
+        // documented way to update one is an atomic rename, which leaves this mapping intact.
+        let reader = unsafe { Reader::open_mmap(path) }.map_err(err)?;
+        Ok(GeoDb { reader, path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The database's metadata, for logs.
+    pub fn metadata(&self) -> DbInfo {
+        let m = self.reader.metadata();
+        DbInfo {
+            database_type: m.database_type.clone(),
+            build_epoch: m.build_epoch,
+            node_count: m.node_count,
+            ip_version: m.ip_version,
+            record_size: m.record_size,
+        }
+    }
+
+    /// The location of `ip`, or `None` when the database has no data for it.
+    pub fn lookup(&self, ip: IpAddr) -> Option<Location> {
+        self.lookup_scoped(ip).0
+    }
+
+    /// The location of `ip` and the prefix length of the database network that decided it —
+    /// also when that network has no data, since "unknown here" is a decision too (its ECS
+    /// scope is the empty network's length, not 0).
+    pub fn lookup_scoped(&self, ip: IpAddr) -> (Option<Location>, u8) {
+        // An IPv4-mapped IPv6 address is an IPv4 client (dual-stack sockets report them so).
+        let ip = ip.to_canonical();
+        let Ok(result) = self.reader.lookup(ip) else {
+            return (None, 0);
+        };
+        let prefix_len = family_prefix(ip, result.network().map(|n| (n.is_ipv4(), n.prefix())));
+        // A record that fails to decode is treated as no data: one corrupt entry must not
+        // fail the query.
+        let location = match result.decode::<Record<'_>>() {
+            Ok(Some(r)) => Some(to_location(&r, prefix_len)),
+            _ => None,
+        };
+        (location, prefix_len)
+    }
+}
+
+/// The matched network's length in `ip`'s family. maxminddb already converts IPv4 lookups in
+/// IPv6 trees to IPv4 networks; an IPv6 network for an IPv4 lookup matched above the `::/96`
+/// IPv4 subtree (it covers all of IPv4), so no IPv4 bit was looked at: 0.
+fn family_prefix(ip: IpAddr, network: Result<(bool, u8), MaxMindDbError>) -> u8 {
+    match network {
+        Ok((v4, p)) if v4 == ip.is_ipv4() => p,
+        _ => 0,
+    }
+}
+
+fn to_location(r: &Record<'_>, prefix_len: u8) -> Location {
+    let code = |s: Option<&str>| s.and_then(Code::new);
+    let country = code(r.country.as_ref().and_then(|c| c.iso_code))
+        // Networks MaxMind cannot place (anycast, satellite) carry only the registered
+        // country; routing by it beats falling straight to WORLD.
+        .or_else(|| code(r.registered_country.as_ref().and_then(|c| c.iso_code)));
+    let (lat, lon) = r.location.as_ref().map_or((None, None), |l| (l.latitude, l.longitude));
+    Location {
+        continent: code(r.continent.as_ref().and_then(|c| c.code)),
+        country,
+        subdivision: code(r.subdivisions.as_ref().and_then(|s| s.0)),
+        lat,
+        lon,
+        prefix_len,
+    }
+}

@@ -1,0 +1,118 @@
+//! Where a client is, for the routing methods that care: the geo database, the region
+//! hierarchy, the latency table and the zone topology, bundled in one immutable value that
+//! travels with the snapshot. A client is located at most once per query, lazily, and only
+//! when the profile's method needs it.
+
+use std::cell::OnceCell;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::geo::{GeoDb, LatencyTable, Location, Metric, Regions, RowMatch};
+use crate::netrange::RangeMap;
+
+/// The location data of one configuration.
+#[derive(Debug)]
+pub struct World {
+    pub db: Option<GeoDb>,
+    pub regions: Arc<Regions>,
+    pub latency: Option<LatencyTable>,
+    /// `topology.zones`: client networks → zone index.
+    pub topology: RangeMap<usize>,
+    pub zone_names: Vec<String>,
+}
+
+impl World {
+    /// No geo database, no latency table, no topology; the built-in region hierarchy.
+    pub fn empty() -> World {
+        World {
+            db: None,
+            regions: Regions::builtin(),
+            latency: None,
+            topology: RangeMap::default(),
+            zone_names: Vec::new(),
+        }
+    }
+
+    /// Looks `addr` up in the geo database: the location and the prefix length of the
+    /// database network that decided it (0 without a database).
+    pub fn locate(&self, addr: IpAddr) -> Located {
+        match &self.db {
+            Some(db) => {
+                let (location, prefix) = db.lookup_scoped(addr);
+                Located { location, prefix }
+            }
+            None => Located { location: None, prefix: 0 },
+        }
+    }
+}
+
+/// A client's location and how many address bits decided it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Located {
+    pub location: Option<Location>,
+    pub prefix: u8,
+}
+
+/// The client of one query: the ECS address when the query has one, else the source
+/// address; `prefix` is how many leading bits of `addr` are known.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub addr: IpAddr,
+    pub prefix: u8,
+    located: OnceCell<Located>,
+}
+
+impl Client {
+    pub fn new(addr: IpAddr, prefix: u8) -> Client {
+        Client { addr, prefix, located: OnceCell::new() }
+    }
+
+    /// A full-length client address (no ECS).
+    pub fn from_addr(addr: IpAddr) -> Client {
+        let prefix = if addr.is_ipv4() { 32 } else { 128 };
+        Client::new(addr, prefix)
+    }
+
+    /// A client whose location is given rather than looked up (tests, `explain`).
+    pub fn at(addr: IpAddr, located: Located) -> Client {
+        let c = Client::from_addr(addr);
+        let _ = c.located.set(located);
+        c
+    }
+
+    /// The client's location, looked up on first use. The prefix never exceeds what the
+    /// client told us (an ECS /24 cannot justify a /28 scope).
+    pub fn located(&self, world: &World) -> Located {
+        let mut l = *self.located.get_or_init(|| world.locate(self.addr));
+        l.prefix = l.prefix.min(self.prefix);
+        l
+    }
+}
+
+/// Latency-table regions ranked for one client, nearest first.
+pub type RegionOrder = smallvec::SmallVec<[(usize, Metric); 16]>;
+
+impl World {
+    /// Ranks every latency-table region for `client` into `out` (nearest first; ties keep
+    /// file order) and returns the ECS scope the ranking depended on. Without a latency
+    /// table nothing is ranked and the scope is 0.
+    pub fn region_order(&self, client: &Client, out: &mut RegionOrder) -> u8 {
+        out.clear();
+        let Some(table) = &self.latency else { return 0 };
+        let located = client.located(self);
+        let loc = located.location.as_ref();
+        let row = table.row_for(client.addr, loc);
+        out.extend((0..table.regions().len()).map(|r| (r, table.metric(&row, loc, r))));
+        // Stable, and allocation-free for the handful of regions a table has.
+        out.sort_by_key(|a| a.1);
+        let scope = match row {
+            RowMatch::Cidr { .. } => row.scope(),
+            _ => row.scope().max(located.prefix),
+        };
+        scope.min(client.prefix)
+    }
+
+    pub fn region_name(&self, region: usize) -> &str {
+        self.latency.as_ref().and_then(|t| t.regions().get(region)).map_or("?", |r| r.name.as_str())
+    }
+}

@@ -1,0 +1,155 @@
+//! `routing: geographic` — the client's location is matched from the most specific region
+//! code up (subdivision → country → grouping → WORLD); the first endpoint mapped to a
+//! matching code answers. A Stopped match, or no match, answers NODATA.
+
+use std::collections::HashMap;
+
+use crate::health::{HealthView, Status};
+use crate::model::Profile;
+
+use super::status::endpoint_status;
+use super::{Ctx, Pick, Query};
+
+pub fn pick<'a, H: HealthView + ?Sized>(
+    ctx: Ctx<'a, H>,
+    profile: &'a Profile,
+    by_code: &HashMap<Box<str>, usize>,
+    fallback_on_degraded: bool,
+    q: Query<'_>,
+) -> Pick<'a> {
+    let located = q.client.located(ctx.world);
+    let loc = located.location;
+    let country = loc.and_then(|l| l.country);
+    let sub = loc.and_then(|l| l.subdivision);
+    ctx.note(|| describe(&located));
+    // The answer depends on the database network the client fell in, never on more bits
+    // than the client sent.
+    let scope = located.prefix;
+    for code in ctx
+        .world
+        .regions
+        .chain(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()))
+    {
+        let Some(&i) = by_code.get(code) else { continue };
+        let ep = &profile.endpoints[i];
+        let status = endpoint_status(ctx, ep);
+        ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
+        if status == Status::Stopped || !ep.can_answer(q.want, ctx.profiles) {
+            return Pick::NoData(scope);
+        }
+        if fallback_on_degraded && !status.is_serving() {
+            ctx.note(|| "degraded_match: fallback — continuing up the hierarchy".to_string());
+            continue;
+        }
+        return Pick::One(i, scope);
+    }
+    ctx.note(|| "no region code matches".to_string());
+    Pick::NoData(scope)
+}
+
+pub fn describe(l: &crate::location::Located) -> String {
+    match &l.location {
+        Some(loc) => format!(
+            "client location: continent {}, country {}, subdivision {} (network /{})",
+            loc.continent.map_or("-".into(), |c| c.to_string()),
+            loc.country.map_or("-".into(), |c| c.to_string()),
+            loc.subdivision.map_or("-".into(), |c| c.to_string()),
+            l.prefix
+        ),
+        None => format!("client location: unknown (network /{})", l.prefix),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use crate::health::Status;
+    use crate::model::{Method, Rules, Want};
+    use crate::routing::testkit::*;
+    use crate::routing::{Query, route};
+
+    /// Endpoints: fr → FR, eu → GEO-EU, usca → US-CA, any → WORLD (if `world`).
+    fn lab(fallback: bool, world: bool) -> Lab {
+        let mut w = Lab::new();
+        let p = w.profile("geo", Method::Geographic);
+        let mut by_code = HashMap::new();
+        for (i, (name, code)) in
+            [("fr", "FR"), ("eu", "GEO-EU"), ("usca", "US-CA"), ("any", "WORLD")].iter().enumerate()
+        {
+            w.ep(p, name, &format!("192.0.2.{}", i + 1));
+            if *code != "WORLD" || world {
+                by_code.insert(Box::from(*code), i);
+            }
+        }
+        w.profiles[p].rules = Rules::Geographic { by_code, fallback_on_degraded: fallback };
+        w.finish()
+    }
+
+    fn answer(w: &Lab, client: &crate::location::Client) -> (Vec<String>, u8) {
+        names(&route(w.ctx(), 0, Query { want: Want::A, client }, &mut rng(1)))
+    }
+
+    #[test]
+    fn hierarchy_table() {
+        // (fallback mode, WORLD mapped, degraded slots, country, subdivision, expected, scope)
+        type Case =
+            (bool, bool, &'static [usize], &'static str, &'static str, Option<&'static str>);
+        let cases: &[Case] = &[
+            (false, true, &[], "FR", "IDF", Some("fr")),
+            (false, true, &[], "DE", "", Some("eu")),
+            (false, true, &[], "US", "CA", Some("usca")),
+            (false, true, &[], "US", "NY", Some("any")),
+            (false, true, &[], "", "", Some("any")),
+            (false, false, &[], "US", "NY", None),
+            (false, true, &[0], "FR", "", Some("fr")), // serve: matched endpoint whatever its health
+            (true, true, &[0], "FR", "", Some("eu")),  // fallback: continue up the hierarchy
+            (true, true, &[0, 1], "FR", "", Some("any")),
+            (true, false, &[0, 1], "FR", "", None),
+        ];
+        for (i, (fallback, world, down, country, sub, want)) in cases.iter().enumerate() {
+            let w = lab(*fallback, *world);
+            for s in *down {
+                w.health.set(*s, Status::Degraded);
+            }
+            let client = client_in("198.51.100.7", country, sub, None, 24);
+            let (got, scope) = answer(&w, &client);
+            assert_eq!(got.first().map(String::as_str), *want, "case {i}");
+            assert_eq!(scope, 24, "case {i}: scope is the geo network's prefix");
+        }
+    }
+
+    #[test]
+    fn scope_never_exceeds_the_client_prefix() {
+        let w = lab(false, true);
+        let mut client = client_in("198.51.100.0", "FR", "", None, 24);
+        client.prefix = 20;
+        assert_eq!(answer(&w, &client), (vec!["fr".to_string()], 20));
+    }
+
+    #[test]
+    fn stopped_match_and_wrong_family_answer_nodata() {
+        let mut w = Lab::new();
+        let child = w.profile("child", Method::Priority);
+        w.ep(child, "c", "192.0.2.9");
+        w.profiles[child].enabled = false;
+        let p = w.profile("geo", Method::Geographic);
+        w.nested(p, "nested-fr", child, [1, 0, 0]);
+        w.ep(p, "v6-world", "2001:db8::1");
+        let by_code = [(Box::from("FR"), 0), (Box::from("WORLD"), 1)].into_iter().collect();
+        w.profiles[p].rules = Rules::Geographic { by_code, fallback_on_degraded: false };
+        let w = w.finish();
+        let fr = client_in("198.51.100.7", "FR", "", None, 24);
+        let d = route(w.ctx(), p, Query { want: Want::A, client: &fr }, &mut rng(1));
+        assert_eq!(names(&d), (vec![], 24));
+        let de = client_in("198.51.100.7", "DE", "", None, 24);
+        let d = route(w.ctx(), p, Query { want: Want::A, client: &de }, &mut rng(1));
+        assert_eq!(
+            names(&d).0,
+            Vec::<String>::new(),
+            "WORLD matches a v6-only endpoint: NODATA for A"
+        );
+        let d = route(w.ctx(), p, Query { want: Want::Aaaa, client: &de }, &mut rng(1));
+        assert_eq!(names(&d).0, vec!["v6-world"]);
+    }
+}
