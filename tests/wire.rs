@@ -267,6 +267,31 @@ server_test! {
     }
 }
 
+server_test! {
+    async fn in_zone_cname_chains_are_followed_through_static_records() {
+        let h = Harness::start().await;
+        let r = h.udp(&Q::new(&fq("chain"), T_A)).await;
+        let got: Vec<(String, String)> =
+            r.msg.answers.iter().map(|a| (a.name.to_ascii(), rdata_string(&a.data))).collect();
+        assert_eq!(
+            got,
+            vec![
+                (fq("chain"), "CNAME hop.tm.example.test.".to_string()),
+                (fq("hop"), "CNAME a.b.tm.example.test.".to_string()),
+                (fq("a.b"), "A 192.0.2.99".to_string()),
+            ]
+        );
+        // A loop ends after a bounded number of hops, with an answer.
+        let r = h.udp(&Q::new(&fq("loop1"), T_A).edns()).await;
+        assert_eq!(r.rcode(), NOERROR);
+        assert!((2..=10).contains(&r.msg.answers.len()), "{r:#?}");
+        // The chain to a profile name stops at the CNAME: the resolver follows it.
+        let r = h.udp(&Q::new(&fq("docs"), T_A)).await;
+        assert_eq!(r.msg.answers.len(), 1);
+        h.stop().await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Profile answers
 // ---------------------------------------------------------------------------------------
@@ -417,7 +442,10 @@ server_test! {
         let h = Harness::start().await;
         let r = h.udp(&Q::new(&fq("www"), T_A).dnssec_ok()).await;
         assert_eq!(r.single(), "A 192.0.2.10");
-        assert!(r.wire.opt().is_some());
+        let opt = r.wire.opt().expect("OPT");
+        assert_eq!(opt.ttl & 0x8000, 0x8000, "DO is copied (RFC 3225 §3)");
+        let r = h.udp(&Q::new(&fq("www"), T_A).edns()).await;
+        assert_eq!(r.wire.opt().expect("OPT").ttl & 0x8000, 0, "DO stays clear when not asked");
         h.stop().await;
     }
 }

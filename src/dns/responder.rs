@@ -43,7 +43,7 @@ pub fn respond<R: Rng + ?Sized>(
             let h = Header { id, opcode, aa: false, rd, cd: false, rcode };
             let mut w = Writer::new(out, h, question);
             if opt {
-                w.opt(0, None);
+                w.opt(0, false, None);
             }
             true
         }
@@ -75,7 +75,7 @@ impl Reply<'_> {
     fn finish(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8) {
         let Some(edns) = self.req.edns else { return };
         let ecs = edns.ecs.map(|e| ecs_echo(e, scope));
-        w.opt(ext_rcode, ecs.as_ref().map(|(f, s, sc, a)| (*f, *s, *sc, &a[..])));
+        w.opt(ext_rcode, edns.dnssec_ok, ecs.as_ref().map(|(f, s, sc, a)| (*f, *s, *sc, &a[..])));
     }
 }
 
@@ -216,11 +216,32 @@ fn static_answer(
         if set.rtype == TYPE_NS {
             glue(&mut w, zone, &set.rdata);
         }
+        if set.rtype == TYPE_CNAME && qtype != TYPE_CNAME {
+            chase(&mut w, zone, &set.rdata[0], qtype);
+        }
     } else {
         w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
     }
     reply.finish(&mut w, 0, 0);
     0
+}
+
+/// Follows a CNAME chain through the zone's static records (RFC 1034 §4.3.2), adding the
+/// records of each in-zone target. A target that is a profile, outside the zone or absent
+/// ends the chain: the resolver follows it. Bounded, so a loop cannot stall the answer.
+fn chase(w: &mut Writer<'_>, zone: &Zone, first: &[u8], qtype: u16) {
+    let mut target = first;
+    for _ in 0..8 {
+        let Some(node) = zone.node(target).filter(|n| n.profile.is_none()) else { return };
+        let Some(set) = node.rrset(qtype).or_else(|| node.rrset(TYPE_CNAME)) else { return };
+        for rd in &set.rdata {
+            w.record(Section::Answer, Owner::Wire(target), set.rtype, set.ttl, rd);
+        }
+        if set.rtype != TYPE_CNAME {
+            return;
+        }
+        target = &set.rdata[0];
+    }
 }
 
 /// Addresses of in-zone name servers, in the additional section.

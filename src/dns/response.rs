@@ -89,13 +89,14 @@ impl<'b> Writer<'b> {
         self.buf[at..at + 2].copy_from_slice(&self.counts[i].to_be_bytes());
     }
 
-    /// Appends the OPT record. `ext_rcode` is the upper 8 bits of a 12-bit RCODE; `ecs`
-    /// is (family, source prefix, scope prefix, address bytes).
-    pub fn opt(&mut self, ext_rcode: u8, ecs: Option<(u16, u8, u8, &[u8])>) {
+    /// Appends the OPT record. `ext_rcode` is the upper 8 bits of a 12-bit RCODE; `dnssec_ok`
+    /// copies the query's DO bit (RFC 3225 §3); `ecs` is (family, source prefix, scope
+    /// prefix, address bytes).
+    pub fn opt(&mut self, ext_rcode: u8, dnssec_ok: bool, ecs: Option<(u16, u8, u8, &[u8])>) {
         self.buf.push(0);
         self.buf.extend_from_slice(&TYPE_OPT.to_be_bytes());
         self.buf.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
-        self.buf.extend_from_slice(&[ext_rcode, 0, 0, 0]);
+        self.buf.extend_from_slice(&[ext_rcode, 0, u8::from(dnssec_ok) << 7, 0]);
         match ecs {
             None => self.buf.extend_from_slice(&[0, 0]),
             Some((family, source, scope, addr)) => {

@@ -81,6 +81,10 @@ pub fn steerdns_yaml() -> String {
         "mail MX 10 mx.example.net.".to_string(),
         "docs CNAME www.tm.example.test.".to_string(),
         "a.b A 192.0.2.99".to_string(),
+        "chain CNAME hop.tm.example.test.".to_string(),
+        "hop CNAME a.b.tm.example.test.".to_string(),
+        "loop1 CNAME loop2.tm.example.test.".to_string(),
+        "loop2 CNAME loop1.tm.example.test.".to_string(),
         r#"info 300 TXT "steerdns test zone""#.to_string(),
     ];
     for i in 0..BIG_TXT_RECORDS {
