@@ -1,11 +1,31 @@
 //! What the CLI subcommands do, kept out of `main.rs` so tests can call them.
 
+use std::net::IpAddr;
 use std::path::Path;
 
 use crate::config::{self, ConfigErrors};
+use crate::explain::{self, AllHealthy, Explanation};
+use crate::health::Overlay;
 
 /// `steerdns check`: the summary line on success, or every error.
 pub fn check(path: &Path) -> Result<String, ConfigErrors> {
     let snap = config::load(path, None)?;
     Ok(format!("ok: {} profiles, {} endpoints", snap.profiles.len(), snap.endpoint_count()))
+}
+
+/// `steerdns explain`: the answer for one query with every endpoint healthy but `down`.
+pub fn explain(
+    path: &Path,
+    name: &str,
+    qtype: &str,
+    client: IpAddr,
+    down: &[String],
+) -> anyhow::Result<Explanation> {
+    let snap = config::load(path, None)?;
+    let name = explain::absolute(&snap, name)?;
+    let qtype = explain::parse_type(qtype)?;
+    let overrides = explain::down_slots(&snap, down)?;
+    let all = AllHealthy(&*snap.health);
+    let health = Overlay { base: &all, overrides: &overrides };
+    Ok(explain::explain(&snap, &health, &name, qtype, client))
 }

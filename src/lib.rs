@@ -8,6 +8,7 @@
 pub mod commands;
 pub mod config;
 pub mod dns;
+pub mod explain;
 pub mod geo;
 pub mod health;
 pub mod location;

@@ -116,3 +116,12 @@ impl World {
         self.latency.as_ref().and_then(|t| t.regions().get(region)).map_or("?", |r| r.name.as_str())
     }
 }
+
+/// A metric for traces: "12 ms", "8342 km", "unknown".
+pub fn metric_text(m: Metric) -> String {
+    match m {
+        Metric::RttMs(v) => format!("{v} ms"),
+        Metric::Km(v) => format!("{v:.0} km"),
+        Metric::Unknown => "unknown".to_string(),
+    }
+}

@@ -1,6 +1,7 @@
 //! The `steerdns` binary: parses the command line, sets up logging and the runtime, and
 //! maps outcomes to exit codes. Everything else lives in the library.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -35,6 +36,37 @@ enum Command {
         #[arg(short, long, default_value = "steerdns.yaml")]
         config: PathBuf,
     },
+    /// Answer one query offline as the server would, with the decision trace.
+    Explain {
+        /// Query name, absolute or relative to the only zone.
+        name: String,
+        /// Query type.
+        #[arg(default_value = "A")]
+        qtype: String,
+        /// The client address (as if sent in EDNS Client Subnet).
+        #[arg(long)]
+        client: IpAddr,
+        /// Treat this endpoint as degraded (profile/endpoint); repeatable.
+        #[arg(long)]
+        down: Vec<String>,
+        #[arg(short, long, default_value = "steerdns.yaml")]
+        config: PathBuf,
+    },
+    /// Geo database tools.
+    Geo {
+        #[command(subcommand)]
+        command: GeoCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum GeoCommand {
+    /// Compile a CSV (network,continent,country,subdivision,latitude,longitude) into an MMDB.
+    Build {
+        input: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -51,6 +83,30 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Explain { name, qtype, client, down, config } => {
+            match steerdns::commands::explain(&config, &name, &qtype, client, &down) {
+                Ok(e) => {
+                    print!("{e}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Geo { command: GeoCommand::Build { input, output } } => {
+            match steerdns::geo::build(&input, &output) {
+                Ok(summary) => {
+                    println!("{}: {summary}", output.display());
+                    ExitCode::SUCCESS
+                }
+                Err(errors) => {
+                    errors.iter().for_each(|e| println!("{e}"));
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Serve { config } => match run_server(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -60,6 +60,12 @@ fn responder_allocates_nothing_per_query() {
         query("tm.example.test.", RecordType::NS, None),
         query("missing.tm.example.test.", RecordType::A, None),
         query("www.elsewhere.test.", RecordType::A, None),
+        query("geo.tm.example.test.", RecordType::A, Some("192.0.2.128/25")),
+        query("office.tm.example.test.", RecordType::A, Some("198.51.100.15/32")),
+        query("fast.tm.example.test.", RecordType::A, Some("198.51.100.130/32")),
+        query("fast.tm.example.test.", RecordType::A, Some("192.0.2.0/24")),
+        query("accel.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
+        query("svc.tm.example.test.", RecordType::A, Some("10.1.0.0/16")),
     ];
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let mut out = Vec::with_capacity(1500);

@@ -285,7 +285,7 @@ impl Ctx<'_> {
         }
         if let IpNet::V6(_) = net
             && let Some(r) =
-                RESERVED_V6.iter().map(|r| r.parse::<IpNet>().unwrap()).find(|r| r.contains(&net))
+                RESERVED_V6.iter().find(|r| r.parse::<IpNet>().is_ok_and(|r| r.contains(&net)))
         {
             self.err(
                 line,

@@ -199,7 +199,7 @@ impl LatencyTable {
             by_code: HashMap::new(),
             hierarchy,
         };
-        let mut cidrs = Vec::new();
+        let mut cidrs = HashMap::new();
         for row in &raw.rtt {
             table.add_row(&mut sink, &row.value, &mut cidrs);
         }
@@ -276,7 +276,9 @@ impl LatencyTable {
         out
     }
 
-    fn add_row(&mut self, sink: &mut Sink<'_>, raw: &RawRow, cidrs: &mut Vec<(IpNet, u32)>) {
+    /// Adds one row; CIDR rows go to `cidrs` (network → row id) for the prefix map. Ids
+    /// only stay meaningful while there are no errors, and a table with errors is dropped.
+    fn add_row(&mut self, sink: &mut Sink<'_>, raw: &RawRow, cidrs: &mut HashMap<IpNet, u32>) {
         let before = sink.errors.len();
         let from = self.parse_from(sink, &raw.from);
         let rtt = self.parse_to(sink, &raw.to);
@@ -284,11 +286,7 @@ impl LatencyTable {
         // Claim `from` even when `to` has errors, so a second row from it is still reported.
         let id = self.rows.len();
         let duplicate = match &from {
-            RowFrom::Cidr(net) if cidrs.iter().any(|(n, _)| n == net) => true,
-            RowFrom::Cidr(net) => {
-                cidrs.push((*net, id as u32));
-                false
-            }
+            RowFrom::Cidr(net) => cidrs.insert(*net, id as u32).is_some(),
             RowFrom::Region(code) => self.by_code.insert(code.clone(), id).is_some(),
         };
         if duplicate {

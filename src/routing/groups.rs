@@ -41,6 +41,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
         Plan::Failover(g) => (*g, 0),
         Plan::FailOpen(g) => return fail_open(ctx, profile, &groups[*g], q, rng, scope),
     };
+    ctx.note(|| format!("group {} takes this query", groups[group].name));
     let cands = &serving[group];
     let (i, s) = choose(
         profile,

@@ -31,8 +31,9 @@ pub fn pick<'a, H: HealthView + ?Sized>(
         }
         ctx.note(|| {
             format!(
-                "region {} ({metric:?}) has {} eligible endpoint(s)",
+                "region {} ({}) has {} eligible endpoint(s)",
                 ctx.world.region_name(region),
+                crate::location::metric_text(metric),
                 here.len()
             )
         });

@@ -81,10 +81,17 @@ impl Lab {
         eps.len() - 1
     }
 
-    /// Computes families and builds a health table with every slot `checking`.
+    /// Computes families and builds a health table as a load does: `checking`, or
+    /// `unmonitored` for `always_serve` endpoints.
     pub fn finish(mut self) -> Lab {
         crate::config::compute_families(&mut self.profiles);
-        self.health = HealthTable::new(std::iter::repeat_n(Status::Checking, self.slots));
+        let mut statuses = vec![Status::Checking; self.slots];
+        for ep in self.profiles.iter().flat_map(|p| &p.endpoints) {
+            if ep.always_serve && ep.health_slot < self.slots {
+                statuses[ep.health_slot] = Status::Unmonitored;
+            }
+        }
+        self.health = HealthTable::new(statuses);
         self
     }
 

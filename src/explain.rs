@@ -1,0 +1,214 @@
+//! `steerdns explain` and the admin API's explain: answer one query exactly as the server
+//! would — the same responder, the same routing core — and show the decision trace.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+
+use hickory_proto::op::{Edns, Message, Query};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+use hickory_proto::rr::{Name, RecordType};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::Serialize;
+
+use crate::dns::name::WireName;
+use crate::dns::responder::{Transport, respond};
+use crate::health::{HealthView, Status};
+use crate::model::Want;
+use crate::routing::{self, Client, Ctx};
+use crate::snapshot::Snapshot;
+
+/// What the server would answer, and why.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Explanation {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub qtype: String,
+    pub client: IpAddr,
+    pub rcode: String,
+    pub answer: Vec<String>,
+    pub authority: Vec<String>,
+    /// ECS scope prefix length of the answer.
+    pub scope: Option<u8>,
+    pub trace: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ExplainError {
+    #[error("invalid name {0:?}")]
+    Name(String),
+    #[error("unknown query type {0:?}")]
+    Type(String),
+    #[error("--down {0:?}: {1}")]
+    Down(String, String),
+}
+
+/// Every monitored endpoint online: what `steerdns explain` assumes unless told `--down`.
+/// Unmonitored and disabled endpoints keep their status.
+pub struct AllHealthy<'a>(pub &'a dyn HealthView);
+
+impl HealthView for AllHealthy<'_> {
+    fn status(&self, slot: usize) -> Status {
+        match self.0.status(slot) {
+            Status::Checking | Status::Degraded => Status::Online,
+            other => other,
+        }
+    }
+}
+
+/// Resolves `name` (absolute, or relative to the only zone) to an absolute name.
+pub fn absolute(snap: &Snapshot, name: &str) -> Result<Name, ExplainError> {
+    let bad = || ExplainError::Name(name.to_string());
+    if name.ends_with('.') || snap.zones.len() != 1 {
+        return Name::from_ascii(name).map_err(|_| bad());
+    }
+    let origin = snap.zones[0].origin.to_name();
+    Name::from_ascii(name).and_then(|n| n.append_domain(&origin)).map_err(|_| bad())
+}
+
+pub fn parse_type(text: &str) -> Result<RecordType, ExplainError> {
+    text.to_ascii_uppercase().parse().map_err(|_| ExplainError::Type(text.to_string()))
+}
+
+/// `profile/endpoint` names → health slots to mark degraded.
+pub fn down_slots(snap: &Snapshot, downs: &[String]) -> Result<Vec<(usize, Status)>, ExplainError> {
+    downs
+        .iter()
+        .map(|d| {
+            let err = |m: &str| ExplainError::Down(d.clone(), m.to_string());
+            let (p, e) = d.rsplit_once('/').ok_or_else(|| err("write it as profile/endpoint"))?;
+            let name = absolute(snap, p).map_err(|_| err("invalid profile name"))?;
+            let pid = snap.profile_by_name(&WireName::from_name(&name)).ok_or_else(|| err("no such profile"))?;
+            let ep = snap.profiles[pid].endpoints.iter().find(|x| x.name == e).ok_or_else(|| err("no such endpoint"))?;
+            if ep.health_slot == usize::MAX {
+                return Err(err("a nested endpoint's status comes from its child profile; mark the child's endpoints down"));
+            }
+            Ok((ep.health_slot, Status::Degraded))
+        })
+        .collect()
+}
+
+/// Answers `name`/`qtype` for a query from `client` with `health`, and traces the routing.
+pub fn explain(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    name: &Name,
+    qtype: RecordType,
+    client: IpAddr,
+) -> Explanation {
+    const SEED: u64 = 0x005e_edde_c1de;
+    let trace = RefCell::new(Vec::new());
+    trace_routing(snap, health, name, qtype, client, &trace, SEED);
+    let query = query_bytes(name, qtype, client);
+    let mut out = Vec::new();
+    let mut rng = SmallRng::seed_from_u64(SEED);
+    respond(snap, health, &query, client, Transport::Tcp, &mut rng, &mut out);
+    let reply = Message::from_vec(&out).expect("the responder writes valid messages");
+    Explanation {
+        name: name.to_ascii(),
+        qtype: qtype.to_string(),
+        client,
+        rcode: rcode_name(&reply),
+        answer: reply.answers.iter().map(ToString::to_string).collect(),
+        authority: reply.authorities.iter().map(ToString::to_string).collect(),
+        scope: ecs_scope(&reply),
+        trace: trace.into_inner(),
+    }
+}
+
+/// Runs the routing core with tracing on, with the same seed the responder then uses, so
+/// the trace describes the very decision that produced the answer.
+fn trace_routing(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    name: &Name,
+    qtype: RecordType,
+    client: IpAddr,
+    trace: &RefCell<Vec<String>>,
+    seed: u64,
+) {
+    let wire = WireName::from_name(name);
+    let Some(pid) = snap.profile_by_name(&wire) else {
+        trace.borrow_mut().push(format!("{} is not a profile: static zone data", wire));
+        return;
+    };
+    let want = match qtype {
+        RecordType::A => Want::A,
+        RecordType::AAAA => Want::Aaaa,
+        RecordType::CNAME => Want::Cname,
+        _ => return trace.borrow_mut().push(format!("{qtype} at a profile name: NODATA")),
+    };
+    if !snap.profiles[pid].enabled {
+        return trace
+            .borrow_mut()
+            .push(format!("profile {} is disabled: NXDOMAIN", snap.profiles[pid].name));
+    }
+    let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
+    ctx.trace = Some(trace);
+    let c = ecs_client(client);
+    routing::route(
+        ctx,
+        pid,
+        routing::Query { want, client: &c },
+        &mut SmallRng::seed_from_u64(seed),
+    );
+}
+
+/// The client as the responder will see it: a full-length ECS address.
+fn ecs_client(client: IpAddr) -> Client {
+    Client::from_addr(client)
+}
+
+fn query_bytes(name: &Name, qtype: RecordType, client: IpAddr) -> Vec<u8> {
+    let mut m = Message::query();
+    m.add_query(Query::query(name.clone(), qtype));
+    let prefix = if client.is_ipv4() { 32 } else { 128 };
+    let mut edns = Edns::new();
+    edns.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(client, prefix, 0)));
+    m.set_edns(edns);
+    m.to_vec().expect("a query with a valid name encodes")
+}
+
+fn rcode_name(reply: &Message) -> String {
+    let low = u16::from(reply.metadata.response_code) & 0x0f;
+    let high = reply.edns.as_ref().map_or(0, |e| u16::from(e.rcode_high()));
+    match (high << 4) | low {
+        0 => "NOERROR".into(),
+        1 => "FORMERR".into(),
+        2 => "SERVFAIL".into(),
+        3 => "NXDOMAIN".into(),
+        4 => "NOTIMP".into(),
+        5 => "REFUSED".into(),
+        16 => "BADVERS".into(),
+        n => format!("RCODE{n}"),
+    }
+}
+
+fn ecs_scope(reply: &Message) -> Option<u8> {
+    reply.edns.as_ref()?.options().as_ref().iter().find_map(|(_, o)| match o {
+        EdnsOption::Subnet(s) => Some(s.scope_prefix()),
+        _ => None,
+    })
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "query:  {} {} from {}", self.name, self.qtype, self.client)?;
+        writeln!(f, "rcode:  {}", self.rcode)?;
+        if let Some(s) = self.scope {
+            writeln!(f, "scope:  /{s} (ECS scope of the answer)")?;
+        }
+        writeln!(f, "answer:")?;
+        for a in &self.answer {
+            writeln!(f, "  {a}")?;
+        }
+        for a in &self.authority {
+            writeln!(f, "  (authority) {a}")?;
+        }
+        writeln!(f, "trace:")?;
+        for t in &self.trace {
+            writeln!(f, "  - {t}")?;
+        }
+        Ok(())
+    }
+}
