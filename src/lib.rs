@@ -12,6 +12,7 @@ pub mod explain;
 pub mod geo;
 pub mod health;
 pub mod location;
+pub mod metrics;
 pub mod model;
 pub mod netrange;
 pub mod routing;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::dns::name::{WireName, suffix_offset};
 use crate::health::HealthTable;
 use crate::location::World;
+use crate::metrics::QueryCounters;
 use crate::model::Profile;
 use crate::zone::Zone;
 
@@ -31,6 +32,8 @@ pub struct Snapshot {
     pub health: Arc<HealthTable>,
     /// Geo database, region hierarchy, latency table and topology.
     pub world: Arc<World>,
+    /// Query-path counters for this configuration's profiles, zones and endpoints.
+    pub counters: QueryCounters,
     /// The `profiles:` directory, for the file watcher.
     pub profiles_dir: PathBuf,
 }
@@ -45,16 +48,27 @@ impl Snapshot {
         profiles_dir: PathBuf,
     ) -> Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
-        Snapshot { generation: 0, listen, zones, zone_index, profiles, health, world, profiles_dir }
+        let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
+        Snapshot {
+            generation: 0,
+            listen,
+            zones,
+            zone_index,
+            profiles,
+            health,
+            world,
+            counters,
+            profiles_dir,
+        }
     }
 
-    /// The zone holding `qname` (lower-case wire format): the longest matching origin,
-    /// with the byte offset where the origin starts inside `qname`.
-    pub fn find_zone(&self, qname: &[u8]) -> Option<(&Zone, usize)> {
+    /// The zone holding `qname` (lower-case wire format): the longest matching origin, as
+    /// (index, zone, byte offset where the origin starts inside `qname`).
+    pub fn find_zone(&self, qname: &[u8]) -> Option<(usize, &Zone, usize)> {
         let mut pos = 0;
         while pos < qname.len() {
             if let Some(&i) = self.zone_index.get(&qname[pos..]) {
-                return Some((&self.zones[i], pos));
+                return Some((i, &self.zones[i], pos));
             }
             if qname[pos] == 0 {
                 return None;
@@ -66,7 +80,7 @@ impl Snapshot {
 
     /// A profile by absolute name (case-insensitive).
     pub fn profile_by_name(&self, name: &WireName) -> Option<usize> {
-        let (zone, _) = self.find_zone(name.as_bytes())?;
+        let (_, zone, _) = self.find_zone(name.as_bytes())?;
         zone.node(name.as_bytes())?.profile
     }
 

@@ -4,13 +4,14 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use arrayvec::ArrayVec;
 use rand::Rng;
 
 use super::request::{self, Ecs, Parsed, Request};
 use super::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
 use crate::health::HealthView;
 use crate::model::{Target, Want};
-use crate::routing::{self, Client, Ctx, Decision};
+use crate::routing::{self, Client, Ctx, Decision, MAX_ANSWERS};
 use crate::snapshot::Snapshot;
 use crate::zone::{
     Node, TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_AXFR, TYPE_CNAME, TYPE_HINFO, TYPE_IXFR, TYPE_NS,
@@ -27,7 +28,24 @@ pub enum Transport {
     Tcp,
 }
 
-/// Answers `query` from `src` into `out`. Returns false when the packet gets no reply.
+/// What was asked and answered, for metrics: the shell counts it after the reply is sent,
+/// so the responder itself stays free of side effects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Zone index, when the name is in one of ours.
+    pub zone: Option<usize>,
+    /// Profile index, when the name is a profile.
+    pub profile: Option<usize>,
+    pub qtype: u16,
+    /// Full (extended) RCODE of the reply.
+    pub rcode: u16,
+    /// The query carried an EDNS Client Subnet option.
+    pub ecs: bool,
+    /// Health slots of the endpoints in the answer.
+    pub endpoints: ArrayVec<usize, MAX_ANSWERS>,
+}
+
+/// Answers `query` from `src` into `out`. `None` when the packet gets no reply.
 pub fn respond<R: Rng + ?Sized>(
     snap: &Snapshot,
     health: &dyn HealthView,
@@ -36,27 +54,36 @@ pub fn respond<R: Rng + ?Sized>(
     transport: Transport,
     rng: &mut R,
     out: &mut Vec<u8>,
-) -> bool {
+) -> Option<Outcome> {
     match request::parse(query) {
-        Parsed::Drop => false,
+        Parsed::Drop => None,
         Parsed::Error { id, opcode, rd, rcode, question, opt } => {
             let h = Header { id, opcode, aa: false, rd, cd: false, rcode };
             let mut w = Writer::new(out, h, question);
             if opt {
                 w.opt(0, false, None);
             }
-            true
+            Some(Outcome { rcode: u16::from(rcode), ..Outcome::default() })
         }
         Parsed::Query(req) => {
             let limit = match transport {
                 Transport::Udp => req.edns.map_or(512, |e| e.payload.clamp(512, EDNS_PAYLOAD)),
                 Transport::Tcp => u16::MAX,
             };
-            let scope = answer(snap, health, &req, src, rng, out);
+            let mut outcome = Outcome {
+                qtype: req.qtype,
+                ecs: req.edns.is_some_and(|e| e.ecs.is_some()),
+                ..Outcome::default()
+            };
+            let scope = answer(snap, health, &req, src, rng, out, &mut outcome);
             if out.len() > usize::from(limit) {
                 truncate(&req, scope, out);
             }
-            true
+            outcome.rcode = u16::from(out[3] & 0x0f);
+            if req.edns.is_some_and(|e| e.version > 0) {
+                outcome.rcode = request::RCODE_BADVERS;
+            }
+            Some(outcome)
         }
     }
 }
@@ -98,6 +125,7 @@ fn answer<R: Rng + ?Sized>(
     src: IpAddr,
     rng: &mut R,
     out: &mut Vec<u8>,
+    outcome: &mut Outcome,
 ) -> u8 {
     let reply = Reply { req };
     let simple = |out: &mut Vec<u8>, rcode: u8, ext: u8| {
@@ -116,15 +144,17 @@ fn answer<R: Rng + ?Sized>(
     if req.qtype == TYPE_OPT {
         return simple(out, request::RCODE_FORMERR, 0);
     }
-    let Some((zone, origin_at)) = snap.find_zone(&req.qname) else {
+    let Some((zi, zone, origin_at)) = snap.find_zone(&req.qname) else {
         return simple(out, request::RCODE_REFUSED, 0);
     };
+    outcome.zone = Some(zi);
     let client = client_of(req, src);
     let apex = Owner::At(QNAME_AT + origin_at);
     let Some(node) = zone.node(&req.qname) else {
         return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
     };
     if let Some(pid) = node.profile {
+        outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
             return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
@@ -143,6 +173,7 @@ fn answer<R: Rng + ?Sized>(
                 let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
                 for ep in &endpoints {
                     endpoint_record(&mut w, &ep.target, profile.ttl);
+                    outcome.endpoints.push(ep.health_slot);
                 }
                 reply.finish(&mut w, 0, scope);
                 scope

@@ -98,7 +98,16 @@ async fn connection(
             .map_err(|_| std::io::ErrorKind::TimedOut)??;
         let answered = {
             let snap = shared.load();
-            respond(&snap, &*snap.health, &query, peer.ip(), Transport::Tcp, &mut rng, &mut out)
+            let outcome = respond(
+                &snap,
+                &*snap.health,
+                &query,
+                peer.ip(),
+                Transport::Tcp,
+                &mut rng,
+                &mut out,
+            );
+            outcome.map(|o| snap.counters.record(&o)).is_some()
         };
         if !answered {
             return Ok(());

@@ -77,7 +77,10 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             };
             let len = worker.lens[i];
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
-            if respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out) {
+            if let Some(outcome) =
+                respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out)
+            {
+                snap.counters.record(&outcome);
                 worker.dest[replies] = src;
                 replies += 1;
             }

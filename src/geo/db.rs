@@ -6,10 +6,16 @@
 //! copied into inline `Code`s, so a lookup never allocates and skips the bulky `names` maps.
 //! The matched network's prefix length is reported in the client's own address family: it is
 //! the ECS scope of any decision taken from the location.
+//!
+//! Many networks share one record, and decoding a full GeoIP2-City record costs several times
+//! the tree walk, so decoded records are kept in a small per-thread cache keyed by database
+//! and record offset (the mapped file never changes, so an entry never goes stale).
 
+use std::cell::RefCell;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use maxminddb::{MaxMindDbError, Mmap, Reader};
 use serde::Deserialize;
@@ -80,6 +86,21 @@ impl fmt::Display for DbInfo {
 pub struct GeoDb {
     reader: Reader<Mmap>,
     path: PathBuf,
+    /// Process-unique, so cache entries of a replaced database never answer for a new one.
+    id: u64,
+}
+
+/// Source of `GeoDb::id`.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Slots of the per-thread record cache (a power of two); about 80 KiB a thread.
+const CACHE_SLOTS: usize = 1024;
+
+/// One cached record: (database id, data offset) → decoded location (prefix_len unset).
+type Slot = (u64, usize, Option<Location>);
+
+thread_local! {
+    static CACHE: RefCell<Vec<Slot>> = RefCell::new(vec![(0, 0, None); CACHE_SLOTS]);
 }
 
 impl fmt::Debug for GeoDb {
@@ -155,7 +176,8 @@ impl GeoDb {
         // SAFETY: see above — steerdns never writes a database it has open, and the
         // documented way to update one is an atomic rename, which leaves this mapping intact.
         let reader = unsafe { Reader::open_mmap(path) }.map_err(err)?;
-        Ok(GeoDb { reader, path: path.to_path_buf() })
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(GeoDb { reader, path: path.to_path_buf(), id })
     }
 
     pub fn path(&self) -> &Path {
@@ -189,13 +211,35 @@ impl GeoDb {
             return (None, 0);
         };
         let prefix_len = family_prefix(ip, result.network().map(|n| (n.is_ipv4(), n.prefix())));
-        // A record that fails to decode is treated as no data: one corrupt entry must not
-        // fail the query.
-        let location = match result.decode::<Record<'_>>() {
-            Ok(Some(r)) => Some(to_location(&r, prefix_len)),
-            _ => None,
+        let Some(offset) = result.offset() else {
+            return (None, prefix_len);
         };
-        (location, prefix_len)
+        let location = self.record_at(offset, || match result.decode::<Record<'_>>() {
+            Ok(Some(r)) => Some(to_location(&r)),
+            // A record that fails to decode is treated as no data: one corrupt entry must
+            // not fail the query.
+            _ => None,
+        });
+        (location.map(|l| Location { prefix_len, ..l }), prefix_len)
+    }
+
+    /// The decoded record at `offset`, from this thread's cache or from `decode`.
+    fn record_at(
+        &self,
+        offset: usize,
+        decode: impl FnOnce() -> Option<Location>,
+    ) -> Option<Location> {
+        // Fibonacci hashing spreads the (aligned, clustered) offsets over the slots.
+        let slot = (offset as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            >> (64 - CACHE_SLOTS.trailing_zeros());
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            let entry = &mut c[slot as usize];
+            if entry.0 != self.id || entry.1 != offset {
+                *entry = (self.id, offset, decode());
+            }
+            entry.2
+        })
     }
 }
 
@@ -209,7 +253,7 @@ fn family_prefix(ip: IpAddr, network: Result<(bool, u8), MaxMindDbError>) -> u8 
     }
 }
 
-fn to_location(r: &Record<'_>, prefix_len: u8) -> Location {
+fn to_location(r: &Record<'_>) -> Location {
     let code = |s: Option<&str>| s.and_then(Code::new);
     let country = code(r.country.as_ref().and_then(|c| c.iso_code))
         // Networks MaxMind cannot place (anycast, satellite) carry only the registered
@@ -222,6 +266,6 @@ fn to_location(r: &Record<'_>, prefix_len: u8) -> Location {
         subdivision: code(r.subdivisions.as_ref().and_then(|s| s.0)),
         lat,
         lon,
-        prefix_len,
+        prefix_len: 0,
     }
 }

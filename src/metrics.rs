@@ -1,0 +1,167 @@
+//! Prometheus metrics. The query path only bumps relaxed atomics in dense arrays that
+//! belong to the snapshot (indexed by profile, zone and health slot — no hashing, no
+//! lock); a scrape turns them into labelled series. When a reload retires a snapshot its
+//! counts are folded into running totals, so counters never go backwards.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::dns::responder::Outcome;
+use crate::snapshot::Snapshot;
+use crate::zone::{TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_CNAME};
+
+/// Query types kept apart in `steerdns_queries_total`; the rest are `other`.
+pub const QTYPES: [&str; 5] = ["A", "AAAA", "CNAME", "ANY", "other"];
+/// RCODEs kept apart; the rest are `other`.
+pub const RCODES: [&str; 6] = ["NOERROR", "NXDOMAIN", "REFUSED", "FORMERR", "NOTIMP", "other"];
+
+fn qtype_index(t: u16) -> usize {
+    match t {
+        TYPE_A => 0,
+        TYPE_AAAA => 1,
+        TYPE_CNAME => 2,
+        TYPE_ANY => 3,
+        _ => 4,
+    }
+}
+
+fn rcode_index(r: u16) -> usize {
+    match r {
+        0 => 0,
+        3 => 1,
+        5 => 2,
+        1 => 3,
+        4 => 4,
+        _ => 5,
+    }
+}
+
+const CELLS: usize = QTYPES.len() * RCODES.len();
+
+/// The counters of one snapshot. Rows: each profile, then each zone (names in the zone
+/// that are not profiles), then one row for queries outside every zone.
+#[derive(Debug)]
+pub struct QueryCounters {
+    profiles: usize,
+    zones: usize,
+    queries: Box<[AtomicU64]>,
+    answers: Box<[AtomicU64]>,
+    ecs: [AtomicU64; 2],
+}
+
+fn zeroed(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+impl QueryCounters {
+    pub fn new(profiles: usize, zones: usize, slots: usize) -> QueryCounters {
+        QueryCounters {
+            profiles,
+            zones,
+            queries: zeroed((profiles + zones + 1) * CELLS),
+            answers: zeroed(slots),
+            ecs: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    fn row(&self, o: &Outcome) -> usize {
+        match (o.profile, o.zone) {
+            (Some(p), _) => p,
+            (None, Some(z)) => self.profiles + z,
+            (None, None) => self.profiles + self.zones,
+        }
+    }
+
+    /// Counts one answered query. Relaxed atomics: totals only, no ordering needed.
+    pub fn record(&self, o: &Outcome) {
+        let cell = self.row(o) * CELLS + qtype_index(o.qtype) * RCODES.len() + rcode_index(o.rcode);
+        if let Some(c) = self.queries.get(cell) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        for &slot in &o.endpoints {
+            if let Some(c) = self.answers.get(slot) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.ecs[usize::from(o.ecs)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A labelled series: metric name and label pairs.
+pub type Series = (&'static str, Vec<(&'static str, String)>);
+
+/// Totals carried across reloads and the reload counters. Only reloads and scrapes touch
+/// the lock; queries never do.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    totals: Mutex<BTreeMap<Series, u64>>,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+}
+
+impl Metrics {
+    /// Folds a snapshot that is being replaced into the running totals.
+    pub fn retire(&self, old: &Snapshot) {
+        let mut totals = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        for (series, v) in counter_series(old) {
+            *totals.entry(series).or_default() += v;
+        }
+    }
+
+    /// Every counter series: retired totals plus the live snapshot's counts.
+    pub fn counters(&self, live: &Snapshot) -> BTreeMap<Series, u64> {
+        let mut all = self.totals.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (series, v) in counter_series(live) {
+            *all.entry(series).or_default() += v;
+        }
+        all
+    }
+}
+
+/// The non-zero counters of a snapshot, labelled.
+fn counter_series(s: &Snapshot) -> Vec<(Series, u64)> {
+    let c = &s.counters;
+    let mut out = Vec::new();
+    for (cell, n) in c.queries.iter().enumerate() {
+        let n = n.load(Ordering::Relaxed);
+        if n == 0 {
+            continue;
+        }
+        let (row, rest) = (cell / CELLS, cell % CELLS);
+        let (zone, profile) = row_labels(s, row);
+        let labels = vec![
+            ("zone", zone),
+            ("profile", profile),
+            ("qtype", QTYPES[rest / RCODES.len()].to_string()),
+            ("rcode", RCODES[rest % RCODES.len()].to_string()),
+        ];
+        out.push((("steerdns_queries", labels), n));
+    }
+    for p in &s.profiles {
+        for ep in p.endpoints.iter().filter(|e| e.health_slot < c.answers.len()) {
+            let n = c.answers[ep.health_slot].load(Ordering::Relaxed);
+            if n > 0 {
+                let labels = vec![("profile", p.name.clone()), ("endpoint", ep.name.clone())];
+                out.push((("steerdns_answers", labels), n));
+            }
+        }
+    }
+    for (i, state) in ["absent", "present"].iter().enumerate() {
+        let n = c.ecs[i].load(Ordering::Relaxed);
+        out.push((("steerdns_ecs_queries", vec![("ecs", state.to_string())]), n));
+    }
+    out
+}
+
+fn row_labels(s: &Snapshot, row: usize) -> (String, String) {
+    let c = &s.counters;
+    if row < c.profiles {
+        let p = &s.profiles[row];
+        return (s.zones[p.zone].origin.to_string(), p.name.clone());
+    }
+    match s.zones.get(row - c.profiles) {
+        Some(z) => (z.origin.to_string(), String::new()),
+        None => ("none".to_string(), String::new()),
+    }
+}
