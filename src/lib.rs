@@ -5,8 +5,10 @@
 //! and an imperative shell — `dns::udp`, `dns::tcp` and `server` — that only moves data in
 //! and out of it. `main.rs` is a thin CLI over `commands`.
 
+pub mod admin;
 pub mod commands;
 pub mod config;
+pub mod control;
 pub mod dns;
 pub mod explain;
 pub mod geo;
@@ -18,4 +20,5 @@ pub mod netrange;
 pub mod routing;
 pub mod server;
 pub mod snapshot;
+pub mod watch;
 pub mod zone;

@@ -2,17 +2,19 @@
 //! shuts everything down through one cancellation token.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use arc_swap::ArcSwap;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin;
 use crate::config::{self, ConfigErrors};
+use crate::control::Control;
 use crate::dns::{tcp, udp};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Listen, Snapshot};
+use crate::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -24,37 +26,57 @@ pub enum ServerError {
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
 pub struct Server {
-    config_path: PathBuf,
-    shared: Arc<ArcSwap<Snapshot>>,
+    control: Arc<Control>,
     dns_addrs: Vec<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
     cancel: CancellationToken,
     udp_threads: Vec<JoinHandle<()>>,
     tasks: JoinSet<()>,
+    _watcher: Option<notify::RecommendedWatcher>,
 }
 
 impl Server {
     /// Loads the configuration and starts serving on every `listen.dns` address (UDP and
-    /// TCP on the same port; port 0 picks a free one). Must run inside a tokio runtime.
+    /// TCP on the same port; port 0 picks a free one), the admin API when configured, and
+    /// the file watcher. Must run inside a tokio runtime.
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
         let snap = config::load(config_path, None)?;
-        let listen = snap.listen.dns.clone();
-        let shared = Arc::new(ArcSwap::from_pointee(snap));
-        let cancel = CancellationToken::new();
+        let listen = snap.listen.clone();
         let mut server = Server {
-            config_path: config_path.to_path_buf(),
-            shared,
+            control: Arc::new(Control::new(config_path.to_path_buf(), snap)),
             dns_addrs: Vec::new(),
-            cancel,
+            admin_addr: None,
+            cancel: CancellationToken::new(),
             udp_threads: Vec::new(),
             tasks: JoinSet::new(),
+            _watcher: None,
         };
-        for addr in listen {
-            if let Err(e) = server.listen(addr) {
-                server.shutdown().await;
-                return Err(e);
-            }
+        if let Err(e) = server.start_listeners(&listen).await {
+            server.shutdown().await;
+            return Err(e);
         }
+        server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the configuration; reload with SIGHUP or the API");
+                None
+            }
+        };
         Ok(server)
+    }
+
+    async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
+        for &addr in &listen.dns {
+            self.listen(addr)?;
+        }
+        if let Some(addr) = listen.admin {
+            let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
+            let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
+            tracing::info!(%actual, "admin API listening");
+            self.admin_addr = Some(actual);
+            self.tasks.spawn(admin::serve(l, self.control.clone(), self.cancel.clone()));
+        }
+        Ok(())
     }
 
     /// Binds TCP first (to learn the port when 0 was asked), then UDP on the same port.
@@ -74,14 +96,14 @@ impl Server {
         };
         let actual = udp::local_addr(&udp[0]).map_err(|e| bind_err(addr, e))?;
         for (i, sock) in udp.into_iter().enumerate() {
-            let (shared, cancel) = (self.shared.clone(), self.cancel.clone());
+            let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
                 .spawn(move || udp::serve(sock, shared, cancel))
                 .map_err(|e| bind_err(addr, e))?;
             self.udp_threads.push(t);
         }
-        self.tasks.spawn(tcp::serve(tcp, self.shared.clone(), self.cancel.clone()));
+        self.tasks.spawn(tcp::serve(tcp, self.control.shared.clone(), self.cancel.clone()));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
@@ -92,17 +114,22 @@ impl Server {
         &self.dns_addrs
     }
 
+    /// The admin API's address, with its real port, when it is enabled.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.shared.load_full()
+        self.control.snapshot()
+    }
+
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
     }
 
     /// Loads the configuration again and swaps it in whole; on error the old one stays.
     pub fn reload(&self) -> Result<u64, ConfigErrors> {
-        let current = self.shared.load_full();
-        let next = config::load(&self.config_path, Some(&current))?;
-        let generation = next.generation;
-        self.shared.store(Arc::new(next));
-        Ok(generation)
+        self.control.reload("request")
     }
 
     pub fn cancel_token(&self) -> CancellationToken {
@@ -123,17 +150,19 @@ impl Server {
 /// `steerdns serve`: runs until SIGTERM or SIGINT; SIGHUP reloads.
 pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
     let server = Server::start(config_path).await?;
-    let snap = server.snapshot();
-    tracing::info!(
-        zones = snap.zones.len(),
-        profiles = snap.profiles.len(),
-        endpoints = snap.endpoint_count(),
-        "serving"
-    );
+    log_startup(&server.snapshot());
     wait_for_signals(&server).await;
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+fn log_startup(snap: &Snapshot) {
+    let zones: Vec<String> = snap.zones.iter().map(|z| z.origin.to_string()).collect();
+    tracing::info!(zones = ?zones, profiles = snap.profiles.len(), endpoints = snap.endpoint_count(), "serving");
+    if let Some(db) = &snap.world.db {
+        tracing::info!(path = %db.path().display(), info = %db.metadata(), "geo database");
+    }
 }
 
 #[cfg(unix)]
@@ -151,14 +180,10 @@ async fn wait_for_signals(server: &Server) {
         tokio::select! {
             _ = term.recv() => return,
             _ = int.recv() => return,
-            _ = hup.recv() => match server.reload() {
-                Ok(generation) => tracing::info!(generation, "configuration reloaded (SIGHUP)"),
-                Err(errors) => {
-                    for e in &errors.0 {
-                        tracing::error!(error = %e, "reload rejected; keeping the running configuration");
-                    }
-                }
-            },
+            _ = hup.recv() => {
+                let c = server.control.clone();
+                let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
+            }
         }
     }
 }

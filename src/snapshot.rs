@@ -20,6 +20,8 @@ use crate::zone::Zone;
 pub struct Listen {
     pub dns: Vec<SocketAddr>,
     pub admin: Option<SocketAddr>,
+    /// Bearer token the admin API requires (from `admin.token_file`), if any.
+    pub admin_token: Option<String>,
 }
 
 #[derive(Debug)]

@@ -46,7 +46,8 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut sink = Sink { file: path, errors: &mut errors };
-    let listen = listen(&mut sink, &raw);
+    let mut listen = listen(&mut sink, &raw);
+    listen.admin_token = admin_token(&mut sink, &raw, &base);
     let mut zones: Vec<Zone> =
         raw.zones.value.iter().filter_map(|z| zones::build(&mut sink, z, &base)).collect();
     if raw.zones.value.is_empty() {
@@ -95,6 +96,22 @@ fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
         }
     }
     out
+}
+
+/// The admin token, read from `admin.token_file` (surrounding whitespace ignored).
+fn admin_token(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<String> {
+    let file = raw.admin.as_ref()?.token_file.as_ref()?;
+    match std::fs::read_to_string(base.join(&file.value)) {
+        Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+        Ok(_) => {
+            sink.on(file, "the admin token file is empty");
+            None
+        }
+        Err(e) => {
+            sink.on(file, format!("cannot read the admin token file: {e}"));
+            None
+        }
+    }
 }
 
 fn check_zone_overlap(sink: &mut Sink<'_>, raw: &RawServer, zones: &[Zone]) {

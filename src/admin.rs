@@ -1,0 +1,219 @@
+//! The admin HTTP API (axum): health, Prometheus metrics, profile status, explain and
+//! reload. Everything but `/healthz` requires the bearer token when one is configured.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::control::Control;
+use crate::dns::name::WireName;
+use crate::explain;
+use crate::health::Status;
+use crate::model::{Nested, Profile, Target};
+use crate::routing::{Ctx, status};
+use crate::snapshot::Snapshot;
+
+type Shared = Arc<Control>;
+
+/// The API's routes, ready to serve.
+pub fn router(control: Shared) -> Router {
+    let api = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/api/v1/profiles", get(profiles))
+        .route("/api/v1/profiles/{name}", get(profile))
+        .route("/api/v1/explain", get(explain_query))
+        .route("/api/v1/reload", post(reload))
+        .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .merge(api)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
+        .with_state(control)
+}
+
+/// Serves the API on `listener` until `cancel` fires.
+pub async fn serve(listener: tokio::net::TcpListener, control: Shared, cancel: CancellationToken) {
+    let app = router(control);
+    let shutdown = async move { cancel.cancelled().await };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        tracing::error!(error = %e, "admin API stopped");
+    }
+}
+
+/// Binds the admin listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn require_token(State(c): State<Shared>, req: Request, next: Next) -> Response {
+    let Some(token) = c.snapshot().listen.admin_token.clone() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => next.run(req).await,
+        _ => {
+            let mut r = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static header"));
+            r
+        }
+    }
+}
+
+/// Compares without an early exit, so the time taken does not reveal how much of a
+/// guessed token was right (the length is not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn metrics(State(c): State<Shared>) -> Response {
+    let body = crate::metrics::render(&c);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+async fn profiles(State(c): State<Shared>) -> Json<Value> {
+    let snap = c.snapshot();
+    let list: Vec<Value> =
+        snap.profiles.iter().enumerate().map(|(i, p)| summary(&snap, i, p)).collect();
+    Json(json!({ "generation": snap.generation, "profiles": list }))
+}
+
+fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
+    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let mut counts = serde_json::Map::new();
+    for ep in &p.endpoints {
+        let st = status::endpoint_status(ctx, ep).as_str();
+        let n = counts.get(st).and_then(Value::as_u64).unwrap_or(0);
+        counts.insert(st.to_string(), json!(n + 1));
+    }
+    json!({
+        "name": p.name,
+        "zone": snap.zones[p.zone].origin.to_string(),
+        "routing": p.method.as_str(),
+        "enabled": p.enabled,
+        "status": profile_status(snap, id).as_str(),
+        "endpoints": counts,
+    })
+}
+
+/// A profile's own status, as a parent nesting it with `min_child_endpoints: 1` sees it.
+fn profile_status(snap: &Snapshot, id: usize) -> Status {
+    if !snap.profiles[id].enabled {
+        return Status::Disabled;
+    }
+    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    status::child_status(ctx, &Nested { child: id, min_child: 1, min_child_v4: 0, min_child_v6: 0 })
+}
+
+async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response {
+    let snap = c.snapshot();
+    let Ok(abs) = explain::absolute(&snap, &name) else {
+        return error(StatusCode::BAD_REQUEST, format!("invalid profile name {name:?}"));
+    };
+    let Some(id) = snap.profile_by_name(&WireName::from_name(&abs)) else {
+        return error(StatusCode::NOT_FOUND, format!("no profile named {}", abs.to_ascii()));
+    };
+    let p = &snap.profiles[id];
+    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let endpoints: Vec<Value> = p
+        .endpoints
+        .iter()
+        .map(|ep| {
+            let mut v = json!({
+                "name": ep.name,
+                "target": target_text(snap.as_ref(), &ep.target),
+                "enabled": ep.enabled,
+                "always_serve": ep.always_serve,
+                "priority": ep.priority,
+                "weight": ep.weight,
+                "status": status::endpoint_status(ctx, ep).as_str(),
+            });
+            if let Some(details) = c.endpoint_details(&p.name, &ep.name) {
+                v.as_object_mut().expect("object").extend(details);
+            }
+            v
+        })
+        .collect();
+    Json(json!({
+        "name": p.name,
+        "routing": p.method.as_str(),
+        "enabled": p.enabled,
+        "ttl": p.ttl,
+        "fail_open": p.fail_open,
+        "status": profile_status(&snap, id).as_str(),
+        "endpoints": endpoints,
+    }))
+    .into_response()
+}
+
+fn target_text(snap: &Snapshot, t: &Target) -> String {
+    match t {
+        Target::V4(a) => a.to_string(),
+        Target::V6(a) => a.to_string(),
+        Target::Host(n) => n.to_string(),
+        Target::Nested(n) => format!("profile {}", snap.profiles[n.child].name),
+    }
+}
+
+#[derive(Deserialize)]
+struct ExplainParams {
+    name: Option<String>,
+    #[serde(rename = "type")]
+    qtype: Option<String>,
+    client: Option<String>,
+}
+
+async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) -> Response {
+    let snap = c.snapshot();
+    let Some(name) = q.name.filter(|n| !n.is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "name= is required");
+    };
+    let Some(client) = q.client.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) else {
+        return error(StatusCode::BAD_REQUEST, "client= must be an IP address");
+    };
+    let qtype = match explain::parse_type(q.qtype.as_deref().unwrap_or("A")) {
+        Ok(t) => t,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let abs = match explain::absolute(&snap, &name) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    Json(explain::explain(&snap, &*snap.health, &abs, qtype, client)).into_response()
+}
+
+async fn reload(State(c): State<Shared>) -> Response {
+    let control = c.clone();
+    match tokio::task::spawn_blocking(move || control.reload("admin API")).await {
+        Ok(Ok(generation)) => Json(json!({ "generation": generation })).into_response(),
+        Ok(Err(errors)) => {
+            let list: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+            (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "errors": list }))).into_response()
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// Reload counters for tests and the metrics renderer.
+pub fn reload_counts(c: &Control) -> (u64, u64) {
+    (c.metrics.reloads.load(Ordering::Relaxed), c.metrics.reload_failures.load(Ordering::Relaxed))
+}

@@ -1,0 +1,123 @@
+//! The one seam that owns shared state: the current snapshot (an `ArcSwap` the query path
+//! loads without locking), the metrics totals, and the reload procedure every trigger
+//! uses — file watcher, SIGHUP and the admin API alike.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{self, ConfigErrors};
+use crate::metrics::{self, Metrics};
+use crate::snapshot::Snapshot;
+
+/// Something that must see a new snapshot before queries do (the prober carries probe
+/// state over into the new health table).
+pub type ReloadHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
+
+/// Per-endpoint details (last probe, last change) for the admin API, by profile and
+/// endpoint name.
+pub type Details =
+    Box<dyn Fn(&str, &str) -> Option<serde_json::Map<String, serde_json::Value>> + Send + Sync>;
+
+pub struct Control {
+    pub config_path: PathBuf,
+    pub shared: Arc<ArcSwap<Snapshot>>,
+    pub metrics: Metrics,
+    /// Serialises reloads; never taken by queries.
+    reloading: Mutex<()>,
+    hooks: Mutex<Vec<ReloadHook>>,
+    details: OnceLock<Details>,
+    source: OnceLock<Arc<dyn metrics::Source>>,
+}
+
+impl Control {
+    pub fn new(config_path: PathBuf, first: Snapshot) -> Control {
+        Control {
+            config_path,
+            shared: Arc::new(ArcSwap::from_pointee(first)),
+            metrics: Metrics::default(),
+            reloading: Mutex::new(()),
+            hooks: Mutex::new(Vec::new()),
+            details: OnceLock::new(),
+            source: OnceLock::new(),
+        }
+    }
+
+    /// Registers where the admin API finds per-endpoint probe details (once).
+    pub fn set_details(&self, d: Details) {
+        let _ = self.details.set(d);
+    }
+
+    pub fn endpoint_details(
+        &self,
+        profile: &str,
+        endpoint: &str,
+    ) -> Option<serde_json::Map<String, serde_json::Value>> {
+        self.details.get().and_then(|d| d(profile, endpoint))
+    }
+
+    /// Registers an extra metrics source (once).
+    pub fn set_metrics_source(&self, s: Arc<dyn metrics::Source>) {
+        let _ = self.source.set(s);
+    }
+
+    pub fn metrics_source(&self) -> Option<&Arc<dyn metrics::Source>> {
+        self.source.get()
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.load_full()
+    }
+
+    pub fn add_reload_hook(&self, hook: ReloadHook) {
+        self.hooks.lock().unwrap_or_else(|e| e.into_inner()).push(hook);
+    }
+
+    /// Loads and validates the whole configuration off the query path, then swaps it in
+    /// at once. On error the running configuration stays and every error is logged.
+    pub fn reload(&self, trigger: &str) -> Result<u64, ConfigErrors> {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.shared.load_full();
+        let started = std::time::Instant::now();
+        let next = match config::load(&self.config_path, Some(&current)) {
+            Ok(next) => next,
+            Err(errors) => {
+                self.metrics.reload_failures.fetch_add(1, Ordering::Relaxed);
+                for e in &errors.0 {
+                    tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
+                }
+                return Err(errors);
+            }
+        };
+        warn_listen_changes(&current, &next);
+        for hook in self.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            hook(&next);
+        }
+        let generation = next.generation;
+        let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
+        self.shared.store(Arc::new(next));
+        self.metrics.retire(&current);
+        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            trigger,
+            generation,
+            profiles,
+            endpoints,
+            took_ms = started.elapsed().as_millis() as u64,
+            "configuration reloaded"
+        );
+        Ok(generation)
+    }
+}
+
+/// Listeners are bound once at startup; say clearly when a reload asks for others.
+fn warn_listen_changes(current: &Snapshot, next: &Snapshot) {
+    if current.listen.dns != next.listen.dns {
+        tracing::warn!(running = ?current.listen.dns, configured = ?next.listen.dns, "listen.dns changed: restart steerdns to apply it (the running listeners stay)");
+    }
+    if current.listen.admin != next.listen.admin {
+        tracing::warn!(running = ?current.listen.admin, configured = ?next.listen.admin, "listen.admin changed: restart steerdns to apply it");
+    }
+}

@@ -1,0 +1,79 @@
+//! Hot reload on file changes: the profiles directory and `steerdns.yaml` are watched
+//! (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
+//! is debounced into one reload.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::control::Control;
+
+/// Quiet time after the last event before reloading.
+pub const DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// Starts watching; the returned watcher must be kept alive as long as watching should go on.
+pub fn spawn(
+    control: Arc<Control>,
+    cancel: CancellationToken,
+) -> notify::Result<RecommendedWatcher> {
+    let config = absolute(&control.config_path);
+    let profiles = absolute(&control.snapshot().profiles_dir);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (cfg, dir) = (config.clone(), profiles.clone());
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
+        if let Ok(ev) = res
+            && relevant(&ev, &cfg, &dir)
+        {
+            let _ = tx.send(());
+        }
+    })?;
+    watcher.watch(&profiles, RecursiveMode::NonRecursive)?;
+    if let Some(parent) = config.parent() {
+        watcher.watch(parent, RecursiveMode::NonRecursive)?;
+    }
+    tokio::spawn(debounce_loop(rx, control, cancel));
+    Ok(watcher)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A change to the config file, or to a YAML file in the profiles directory.
+fn relevant(ev: &Event, config: &Path, profiles: &Path) -> bool {
+    if matches!(ev.kind, EventKind::Access(_)) {
+        return false;
+    }
+    ev.paths.iter().any(|p| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let yaml = (name.ends_with(".yaml") || name.ends_with(".yml")) && !name.starts_with('.');
+        p == config || (p.parent() == Some(profiles) && yaml)
+    })
+}
+
+async fn debounce_loop(
+    mut rx: mpsc::UnboundedReceiver<()>,
+    control: Arc<Control>,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            got = rx.recv() => if got.is_none() { return },
+        }
+        // Wait for a quiet moment: every further event restarts the clock.
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(DEBOUNCE) => break,
+                got = rx.recv() => if got.is_none() { return },
+            }
+        }
+        let c = control.clone();
+        let _ = tokio::task::spawn_blocking(move || c.reload("file change")).await;
+    }
+}
