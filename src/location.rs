@@ -125,3 +125,21 @@ pub fn metric_text(m: Metric) -> String {
         Metric::Unknown => "unknown".to_string(),
     }
 }
+
+impl World {
+    /// For traces: where the client is and which latency row ranks the regions for it.
+    pub fn describe_latency(&self, client: &Client) -> String {
+        let located = client.located(self);
+        let place = crate::routing::describe_location(&located);
+        let Some(table) = &self.latency else {
+            return format!("{place}; no latency table");
+        };
+        let row = table.row_for(client.addr, located.location.as_ref());
+        let how = match row.row().map(|r| &table.rows()[r].from) {
+            Some(crate::geo::RowFrom::Cidr(net)) => format!("latency row {net}"),
+            Some(crate::geo::RowFrom::Region(code)) => format!("latency row {code}"),
+            None => "no latency row: great-circle distance".to_string(),
+        };
+        format!("{place}; {how}")
+    }
+}

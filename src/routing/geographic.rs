@@ -21,7 +21,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     let loc = located.location;
     let country = loc.and_then(|l| l.country);
     let sub = loc.and_then(|l| l.subdivision);
-    ctx.note(|| describe(&located));
+    ctx.note(|| describe_location(&located));
     // The answer depends on the database network the client fell in, never on more bits
     // than the client sent.
     let scope = located.prefix;
@@ -47,7 +47,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     Pick::NoData(scope)
 }
 
-pub fn describe(l: &crate::location::Located) -> String {
+pub fn describe_location(l: &crate::location::Located) -> String {
     match &l.location {
         Some(loc) => format!(
             "client location: continent {}, country {}, subdivision {} (network /{})",

@@ -23,13 +23,14 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
 ) -> Pick<'a> {
     let mut regions = crate::location::RegionOrder::new();
     let scope = ctx.world.region_order(q.client, &mut regions);
+    ctx.note(|| ctx.world.describe_latency(q.client));
     let order = group_order(groups, &regions);
     let serving: SmallVec<[Candidates; 4]> =
         groups.iter().map(|g| serving(ctx, profile, g, q)).collect();
     let healthy: SmallVec<[bool; 8]> = serving.iter().map(|c| !c.is_empty()).collect();
     let dials: SmallVec<[u8; 8]> = groups.iter().map(|g| g.dial).collect();
     let plan = dial::plan(&order, &healthy, &dials);
-    ctx.note(|| trace_plan(groups, &order, &healthy, &plan));
+    ctx.note(|| trace_plan(ctx.world, groups, &order, &regions, &healthy, &plan));
     let (group, draw_scope) = match &plan {
         Plan::Shares(shares) => {
             let (u, s) = draw(profile, q, rng);
@@ -121,13 +122,28 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     Pick::One(i, scope.max(s))
 }
 
-fn trace_plan(groups: &[Group], order: &[usize], healthy: &[bool], plan: &Plan) -> String {
+fn trace_plan(
+    world: &crate::location::World,
+    groups: &[Group],
+    order: &[usize],
+    regions: &[(usize, crate::geo::Metric)],
+    healthy: &[bool],
+    plan: &Plan,
+) -> String {
+    let latency = |g: &Group| {
+        regions
+            .iter()
+            .find(|(r, _)| *r == g.region)
+            .map_or("unknown".into(), |(_, m)| crate::location::metric_text(*m))
+    };
     let ordered: Vec<String> = order
         .iter()
         .map(|&g| {
             format!(
-                "{} (dial {}%, {})",
+                "{} ({} {}, dial {}%, {})",
                 groups[g].name,
+                world.region_name(groups[g].region),
+                latency(&groups[g]),
                 groups[g].dial,
                 if healthy[g] { "healthy" } else { "unhealthy" }
             )

@@ -30,6 +30,7 @@ use crate::model::{Endpoint, Profile, ProfileId, Rules, Target, Want};
 pub const MAX_ANSWERS: usize = 10;
 
 pub use crate::location::Client;
+pub use geographic::describe_location;
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {

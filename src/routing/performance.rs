@@ -23,6 +23,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     }
     let mut order = crate::location::RegionOrder::new();
     let scope = ctx.world.region_order(q.client, &mut order);
+    ctx.note(|| ctx.world.describe_latency(q.client));
     for &(region, metric) in &order {
         let here: SmallVec<[Candidate; 16]> =
             all.iter().copied().filter(|c| region_of[c.index] == region).collect();

@@ -11,7 +11,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
@@ -252,6 +252,22 @@ impl Harness {
     pub async fn with_profiles(profiles: &[(&str, &str)]) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         write_config(dir.path(), profiles);
+        Harness::in_dir(dir).await
+    }
+
+    /// Starts a server with the test zone, the location data (geo database built from
+    /// `tests/fixtures/location/city.csv`, latency table, topology), every profile of
+    /// `tests/fixtures/location/profiles/` and the `extra` profile files.
+    pub async fn location(extra: &[(&str, &str)]) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut profiles = location_profiles();
+        profiles.extend(extra.iter().map(|(n, t)| (n.to_string(), t.to_string())));
+        write_location_config(dir.path(), &profiles);
+        Harness::in_dir(dir).await
+    }
+
+    /// Starts a server on a directory that already holds `steerdns.yaml`.
+    pub async fn in_dir(dir: tempfile::TempDir) -> Harness {
         let server = Server::start(&dir.path().join("steerdns.yaml"))
             .await
             .unwrap_or_else(|e| panic!("server did not start: {e}"));
@@ -356,6 +372,62 @@ pub fn write_config(dir: &Path, profiles: &[(&str, &str)]) {
     std::fs::create_dir_all(dir.join("zones")).unwrap();
     std::fs::write(dir.join("steerdns.yaml"), steerdns_yaml()).unwrap();
     std::fs::write(dir.join("zones/extra.zone"), ZONE_FILE).unwrap();
+    for (name, text) in profiles {
+        std::fs::write(dir.join("profiles").join(name), text).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Location data: geo database, latency table, topology
+// ---------------------------------------------------------------------------------------
+
+/// A file under `tests/fixtures/location/`.
+pub fn location_fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/location").join(rel)
+}
+
+/// Top-level keys added to the test `steerdns.yaml` for the location-aware methods; the
+/// files they name are written by `write_location_config`.
+pub const LOCATION_KEYS: &str = "\
+geo:
+  database: data/city.mmdb
+latency:
+  table: data/latency.yaml
+topology:
+  zones:
+    zone-a: [\"10.1.0.0/16\", \"2001:db8:20::/48\"]
+    zone-b: [\"10.2.0.0/16\"]
+";
+
+/// Every profile file of `tests/fixtures/location/profiles/` as (file name, YAML).
+pub fn location_profiles() -> Vec<(String, String)> {
+    let dir = location_fixture("profiles");
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).expect("read profile fixture"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Writes a configuration with location data into `dir`: the test zone plus
+/// `LOCATION_KEYS`, the geo database compiled by `steerdns::geo::build` from the CSV
+/// fixture, the latency table fixture, and exactly the given profile files.
+pub fn write_location_config(dir: &Path, profiles: &[(String, String)]) {
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::create_dir_all(dir.join("zones")).unwrap();
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("steerdns.yaml"), format!("{}{LOCATION_KEYS}", steerdns_yaml()))
+        .unwrap();
+    std::fs::write(dir.join("zones/extra.zone"), ZONE_FILE).unwrap();
+    steerdns::geo::build(&location_fixture("city.csv"), &dir.join("data/city.mmdb"))
+        .unwrap_or_else(|e| panic!("geo build of the fixture CSV failed: {e:?}"));
+    std::fs::copy(location_fixture("latency.yaml"), dir.join("data/latency.yaml")).unwrap();
     for (name, text) in profiles {
         std::fs::write(dir.join("profiles").join(name), text).unwrap();
     }
