@@ -54,14 +54,25 @@ pub fn read_dir(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
                 continue;
             }
         };
-        // Document by document: a type error in one document still lets the others load
-        // (and report their own errors).
-        let mut reader = std::io::Cursor::new(text.as_bytes());
-        for doc in serde_saphyr::read::<_, RawProfile>(&mut reader) {
-            match doc {
-                Ok(raw) => out.push(Source { file: file.clone(), raw }),
-                Err(e) => errors.push(from_yaml(&file, &e)),
-            }
+        out.extend(parse_documents(&file, &text, errors));
+    }
+    out
+}
+
+/// All documents of one file. The whole-file parse is fast; only when it fails is the file
+/// read again document by document, so that a type error in one document still lets the
+/// others load and report their own errors (the streaming reader copies its buffer per
+/// document, which is too slow for files of thousands of profiles).
+fn parse_documents(file: &Path, text: &str, errors: &mut Vec<ConfigError>) -> Vec<Source> {
+    if let Ok(docs) = serde_saphyr::from_multiple::<RawProfile>(text) {
+        return docs.into_iter().map(|raw| Source { file: file.to_path_buf(), raw }).collect();
+    }
+    let mut out = Vec::new();
+    let mut reader = std::io::Cursor::new(text.as_bytes());
+    for doc in serde_saphyr::read::<_, RawProfile>(&mut reader) {
+        match doc {
+            Ok(raw) => out.push(Source { file: file.to_path_buf(), raw }),
+            Err(e) => errors.push(from_yaml(file, &e)),
         }
     }
     out
