@@ -25,9 +25,9 @@ pub fn resolve(
     at: Pos,
 ) -> Option<Monitor> {
     let before = sink.errors.len();
-    let protocol = protocol(sink, pick(endpoint, profile, |m| m.protocol.as_ref()))?;
-    let port = port(sink, pick(endpoint, profile, |m| m.port.as_ref()), protocol, at);
-    let path = pick(endpoint, profile, |m| m.path.as_ref());
+    let protocol = protocol(sink, pick(endpoint, profile, |m| m.protocol.as_deref()))?;
+    let port = port(sink, pick(endpoint, profile, |m| m.port.as_deref()), protocol, at);
+    let path = pick(endpoint, profile, |m| m.path.as_deref());
     if let (Protocol::Tcp, Some(p)) = (protocol, path) {
         sink.on(p, "path is not allowed on a tcp monitor");
     }
@@ -36,10 +36,10 @@ pub fn resolve(
         sink.at(at, format!("path must start with '/', got {path:?}"));
     }
     let (interval, timeout) = timing(sink, endpoint, profile);
-    let tolerated = pick(endpoint, profile, |m| m.tolerated_failures.as_ref())
+    let tolerated = pick(endpoint, profile, |m| m.tolerated_failures.as_deref())
         .map_or(Some(3), |v| int_in(sink, v, 0, 9, "tolerated_failures"));
-    let expected = expected_status(sink, pick(endpoint, profile, |m| m.expected_status.as_ref()));
-    let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_ref()));
+    let expected = expected_status(sink, pick(endpoint, profile, |m| m.expected_status.as_deref()));
+    let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_deref()));
     let monitor = Monitor {
         protocol,
         port: port?,
@@ -49,9 +49,9 @@ pub fn resolve(
         tolerated_failures: tolerated?,
         expected_status: expected,
         headers,
-        body_contains: pick(endpoint, profile, |m| m.body_contains.as_ref())
+        body_contains: pick(endpoint, profile, |m| m.body_contains.as_deref())
             .map(|b| b.value.clone()),
-        tls_verify: pick(endpoint, profile, |m| m.tls_verify.as_ref()).is_some_and(|b| b.value),
+        tls_verify: pick(endpoint, profile, |m| m.tls_verify.as_deref()).is_some_and(|b| b.value),
     };
     (sink.errors.len() == before).then_some(monitor)
 }
@@ -85,7 +85,7 @@ fn timing(
     ep: Option<&RawMonitor>,
     pr: Option<&RawMonitor>,
 ) -> (Duration, Duration) {
-    let interval_v = pick(ep, pr, |m| m.interval.as_ref());
+    let interval_v = pick(ep, pr, |m| m.interval.as_deref());
     let interval =
         interval_v.and_then(|v| duration(sink, v, "interval")).unwrap_or(Duration::from_secs(30));
     if let Some(v) = interval_v
@@ -95,7 +95,7 @@ fn timing(
     }
     let default_timeout =
         Duration::from_secs(10).min(interval.saturating_sub(Duration::from_secs(1)));
-    let timeout_v = pick(ep, pr, |m| m.timeout.as_ref());
+    let timeout_v = pick(ep, pr, |m| m.timeout.as_deref());
     let timeout = timeout_v.and_then(|v| duration(sink, v, "timeout")).unwrap_or(default_timeout);
     if let Some(v) = timeout_v
         && (timeout >= interval || timeout.is_zero())

@@ -195,7 +195,7 @@ impl Builder<'_, '_> {
             hash_seed: hash_str(&n.wire.to_string()),
             wire: n.wire.clone(),
             zone: n.zone,
-            ttl: int_or(self.sink, raw.ttl.as_ref(), 0, 2_147_483_647, "ttl", 30),
+            ttl: int_or(self.sink, raw.ttl.as_deref(), 0, 2_147_483_647, "ttl", 30),
             enabled: raw.enabled.unwrap_or(true),
             method: method.unwrap_or(Method::Priority),
             fail_open: raw.fail_open.unwrap_or(true),
@@ -256,7 +256,7 @@ impl Builder<'_, '_> {
                 self.sink.on(&ep.value.name, format!("duplicate endpoint name {:?}", e.name));
             }
             if !priorities.insert(e.priority) {
-                let at = ep.value.priority.as_ref().map_or(Pos::of(ep), Pos::of);
+                let at = ep.value.priority.as_deref().map_or(Pos::of(ep), Pos::of);
                 self.sink.at(
                     at,
                     format!("duplicate priority {} (each endpoint needs its own)", e.priority),
@@ -285,11 +285,11 @@ impl Builder<'_, '_> {
         }
         let target = self.target(ep);
         let nested = matches!(target, Target::Nested(_));
-        let always_serve = e.always_serve.as_ref().is_some_and(|a| a.value);
+        let always_serve = e.always_serve.as_deref().is_some_and(|a| a.value);
         if nested {
             for (set, key) in [
-                (e.always_serve.as_ref().map(Pos::of), "always_serve"),
-                (e.monitor.as_ref().map(Pos::of), "monitor"),
+                (e.always_serve.as_deref().map(Pos::of), "always_serve"),
+                (e.monitor.as_deref().map(Pos::of), "monitor"),
             ] {
                 if let Some(at) = set {
                     self.sink.at(at, format!("{key} does not apply to a nested endpoint (its status comes from the child profile)"));
@@ -304,8 +304,8 @@ impl Builder<'_, '_> {
         } else {
             monitor::resolve(
                 self.sink,
-                raw.monitor.as_ref().map(|m| &m.value),
-                e.monitor.as_ref().map(|m| &m.value),
+                raw.monitor.as_deref().map(|m| &m.value),
+                e.monitor.as_deref().map(|m| &m.value),
                 Pos::of(ep),
             )
         };
@@ -315,10 +315,12 @@ impl Builder<'_, '_> {
             target,
             enabled: e.enabled.unwrap_or(true),
             always_serve,
-            priority: int_or(self.sink, e.priority.as_ref(), 1, 1000, "priority", pos as u32 + 1),
+            priority: int_or(self.sink, e.priority.as_deref(), 1, 1000, "priority", pos as u32 + 1),
             weight: match method {
-                Some(Method::Groups) => int_or(self.sink, e.weight.as_ref(), 0, 255, "weight", 128),
-                _ => int_or(self.sink, e.weight.as_ref(), 0, 1000, "weight", 1),
+                Some(Method::Groups) => {
+                    int_or(self.sink, e.weight.as_deref(), 0, 255, "weight", 128)
+                }
+                _ => int_or(self.sink, e.weight.as_deref(), 0, 1000, "weight", 1),
             },
             health_slot: usize::MAX,
             monitor: if always_serve { None } else { monitor },
@@ -333,7 +335,7 @@ impl Builder<'_, '_> {
                 child: self.child(p),
                 min_child: int_or(
                     self.sink,
-                    e.min_child_endpoints.as_ref(),
+                    e.min_child_endpoints.as_deref(),
                     1,
                     1000,
                     "min_child_endpoints",
@@ -341,7 +343,7 @@ impl Builder<'_, '_> {
                 ),
                 min_child_v4: int_or(
                     self.sink,
-                    e.min_child_endpoints_ipv4.as_ref(),
+                    e.min_child_endpoints_ipv4.as_deref(),
                     0,
                     1000,
                     "min_child_endpoints_ipv4",
@@ -349,7 +351,7 @@ impl Builder<'_, '_> {
                 ),
                 min_child_v6: int_or(
                     self.sink,
-                    e.min_child_endpoints_ipv6.as_ref(),
+                    e.min_child_endpoints_ipv6.as_deref(),
                     0,
                     1000,
                     "min_child_endpoints_ipv6",

@@ -19,9 +19,9 @@ impl Builder<'_, '_> {
         let Some(method) = method else { return };
         let e = &ep.value;
         let keys = [
-            (e.geo.as_ref().map(Pos::of), "geo", Method::Geographic),
-            (e.subnets.as_ref().map(Pos::of), "subnets", Method::Subnet),
-            (e.zone.as_ref().map(Pos::of), "zone", Method::Zone),
+            (e.geo.as_deref().map(Pos::of), "geo", Method::Geographic),
+            (e.subnets.as_deref().map(Pos::of), "subnets", Method::Subnet),
+            (e.zone.as_deref().map(Pos::of), "zone", Method::Zone),
         ];
         for (at, key, wanted) in keys {
             if let Some(at) = at
@@ -114,7 +114,7 @@ impl Builder<'_, '_> {
         let mut all: Vec<(Range, (usize, Pos))> = Vec::new();
         let mut fallback = None;
         for (i, ep) in eps.value.iter().enumerate() {
-            let Some(list) = ep.value.subnets.as_ref().filter(|l| !l.value.is_empty()) else {
+            let Some(list) = ep.value.subnets.as_deref().filter(|l| !l.value.is_empty()) else {
                 match fallback {
                     None => fallback = Some(i),
                     Some(f) => self.sink.on(
@@ -153,7 +153,7 @@ impl Builder<'_, '_> {
         let region = eps
             .value
             .iter()
-            .map(|ep| self.region(raw, ep.value.location.as_ref(), Pos::of(ep)))
+            .map(|ep| self.region(raw, ep.value.location.as_deref(), Pos::of(ep)))
             .collect();
         Rules::Performance { region }
     }
@@ -180,7 +180,7 @@ impl Builder<'_, '_> {
 
     fn zone(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
         let safety_threshold =
-            int_or(self.sink, raw.safety_threshold.as_ref(), 0, 100, "safety_threshold", 20);
+            int_or(self.sink, raw.safety_threshold.as_deref(), 0, 100, "safety_threshold", 20);
         let mut zone = Vec::with_capacity(eps.value.len());
         for ep in &eps.value {
             let z = match &ep.value.zone {
@@ -238,8 +238,8 @@ impl Builder<'_, '_> {
         }
         Group {
             name: g.value.name.value.clone(),
-            region: self.region(raw, g.value.location.as_ref(), Pos::of(g)),
-            dial: int_or(self.sink, g.value.traffic_dial.as_ref(), 0, 100, "traffic_dial", 100),
+            region: self.region(raw, g.value.location.as_deref(), Pos::of(g)),
+            dial: int_or(self.sink, g.value.traffic_dial.as_deref(), 0, 100, "traffic_dial", 100),
             endpoints: start..endpoints.len(),
         }
     }
