@@ -17,6 +17,7 @@ pub mod location;
 pub mod metrics;
 pub mod model;
 pub mod netrange;
+pub mod probe;
 pub mod routing;
 pub mod server;
 pub mod snapshot;

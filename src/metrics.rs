@@ -173,7 +173,7 @@ pub type Gauge = (&'static str, &'static str, Vec<(&'static str, String)>, f64);
 pub trait Source: Send + Sync {
     fn counters(&self) -> Vec<(Series, u64)>;
     fn gauges(&self) -> Vec<Gauge>;
-    /// (name, help, labels, sum, count, cumulative buckets)
+    /// (name, help, labels, sum, count, per-bucket counts: prometheus-client accumulates them)
     fn histograms(&self) -> Vec<Histogram>;
 }
 

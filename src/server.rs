@@ -13,6 +13,7 @@ use crate::admin;
 use crate::config::{self, ConfigErrors};
 use crate::control::Control;
 use crate::dns::{tcp, udp};
+use crate::probe::{self, Prober};
 use crate::snapshot::{Listen, Snapshot};
 use crate::watch;
 
@@ -27,6 +28,7 @@ pub enum ServerError {
 /// A running server. Dropping it does not stop it; call `shutdown`.
 pub struct Server {
     control: Arc<Control>,
+    prober: Arc<Prober>,
     dns_addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     cancel: CancellationToken,
@@ -42,11 +44,17 @@ impl Server {
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
         let snap = config::load(config_path, None)?;
         let listen = snap.listen.clone();
+        let control = Arc::new(Control::new(config_path.to_path_buf(), snap));
+        let cancel = CancellationToken::new();
+        // Before the listeners: probing starts as soon as the configuration is known.
+        let prober = Arc::new(Prober::start(&control.snapshot(), cancel.clone()));
+        probe::attach(&prober, &control);
         let mut server = Server {
-            control: Arc::new(Control::new(config_path.to_path_buf(), snap)),
+            control,
+            prober,
             dns_addrs: Vec::new(),
             admin_addr: None,
-            cancel: CancellationToken::new(),
+            cancel,
             udp_threads: Vec::new(),
             tasks: JoinSet::new(),
             _watcher: None,
@@ -127,6 +135,11 @@ impl Server {
         &self.control
     }
 
+    /// The health prober (endpoint states, probe details).
+    pub fn prober(&self) -> &Prober {
+        &self.prober
+    }
+
     /// Loads the configuration again and swaps it in whole; on error the old one stays.
     pub fn reload(&self) -> Result<u64, ConfigErrors> {
         self.control.reload("request")
@@ -136,10 +149,11 @@ impl Server {
         self.cancel.clone()
     }
 
-    /// Stops every listener and waits for them.
+    /// Stops every listener and probe and waits for them.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
+        self.prober.wait().await;
         let threads = std::mem::take(&mut self.udp_threads);
         let _ =
             tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
@@ -147,11 +161,14 @@ impl Server {
     }
 }
 
-/// `steerdns serve`: runs until SIGTERM or SIGINT; SIGHUP reloads.
+/// `steerdns serve`: runs until SIGTERM or SIGINT; SIGHUP reloads. The handlers are
+/// installed before any port is bound, so a SIGHUP sent as soon as the server answers
+/// reloads it instead of killing it.
 pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
+    let signals = Signals::install();
     let server = Server::start(config_path).await?;
     log_startup(&server.snapshot());
-    wait_for_signals(&server).await;
+    signals.wait(&server).await;
     tracing::info!("shutting down");
     server.shutdown().await;
     Ok(())
@@ -165,24 +182,34 @@ fn log_startup(snap: &Snapshot) {
     }
 }
 
-#[cfg(unix)]
-async fn wait_for_signals(server: &Server) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = hup.recv() => {
-                let c = server.control.clone();
-                let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
+struct Signals {
+    streams: Option<[tokio::signal::unix::Signal; 3]>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let kinds = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup()];
+        let streams = match kinds.map(signal) {
+            [Ok(t), Ok(i), Ok(h)] => Some([t, i, h]),
+            _ => {
+                tracing::error!("cannot install signal handlers");
+                None
+            }
+        };
+        Signals { streams }
+    }
+
+    async fn wait(self, server: &Server) {
+        let Some([mut term, mut int, mut hup]) = self.streams else { return };
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = hup.recv() => {
+                    let c = server.control.clone();
+                    let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
+                }
             }
         }
     }

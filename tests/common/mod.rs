@@ -884,3 +884,379 @@ pub fn read_name(b: &[u8], mut pos: usize) -> Option<(Vec<u8>, usize)> {
     }
     None
 }
+
+// ---------------------------------------------------------------------------------------
+// Admin HTTP API: configuration, a tiny HTTP/1.1 client, a Prometheus text parser
+// ---------------------------------------------------------------------------------------
+
+/// `yaml` (a `steerdns.yaml` from `steerdns_yaml()`) with the admin API on 127.0.0.1:0
+/// and, when `token_file` is set, `admin: { token_file: ... }`.
+pub fn with_admin(yaml: &str, token_file: Option<&str>) -> String {
+    let listen = "  dns: [\"127.0.0.1:0\"]\n";
+    assert!(yaml.contains(listen), "unexpected steerdns.yaml: {yaml}");
+    let mut out = yaml.replacen(listen, &format!("{listen}  admin: \"127.0.0.1:0\"\n"), 1);
+    if let Some(f) = token_file {
+        out.push_str(&format!("admin:\n  token_file: {f}\n"));
+    }
+    out
+}
+
+impl Harness {
+    /// Starts a server with the given profiles and the admin API on 127.0.0.1:0; with
+    /// `token`, the API requires it (written to `admin.token`).
+    pub async fn with_admin(profiles: &[(&str, &str)], token: Option<&str>) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_config(dir.path(), profiles);
+        if let Some(t) = token {
+            std::fs::write(dir.path().join("admin.token"), format!("{t}\n")).unwrap();
+        }
+        let yaml = with_admin(&steerdns_yaml(), token.map(|_| "admin.token"));
+        std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+        Harness::in_dir(dir).await
+    }
+
+    pub fn server(&self) -> &Server {
+        self.server.as_ref().expect("server running")
+    }
+
+    /// The admin API's address (panics when it is not enabled).
+    pub fn admin(&self) -> SocketAddr {
+        self.server().admin_addr().expect("admin API enabled")
+    }
+
+    /// Path of a profile file in the harness's profiles directory.
+    pub fn profile_path(&self, file: &str) -> PathBuf {
+        self.dir.path().join("profiles").join(file)
+    }
+}
+
+/// Longest wait for one HTTP exchange.
+pub const HTTP_WAIT: Duration = Duration::from_secs(10);
+
+/// An HTTP response as read off the socket.
+#[derive(Debug)]
+pub struct Http {
+    pub status: u16,
+    /// Header names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Http {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("UTF-8 body")
+    }
+
+    /// The body as JSON (panics with the body when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.text()))
+    }
+}
+
+/// One HTTP/1.1 exchange on a new connection (`Connection: close`, read to EOF).
+/// `headers` are extra request header lines as (name, value).
+pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Http {
+    let fut = async {
+        let mut s = TcpStream::connect(addr).await.expect("connect to the admin API");
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if method != "GET" && method != "HEAD" {
+            req.push_str("Content-Length: 0\r\n");
+        }
+        for (n, v) in headers {
+            req.push_str(&format!("{n}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).await.expect("write request");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.expect("read response");
+        raw
+    };
+    let raw = timeout(HTTP_WAIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path}: no response within {HTTP_WAIT:?}"));
+    parse_http(&raw).unwrap_or_else(|e| {
+        panic!("{method} {path}: bad HTTP response ({e}): {:?}", String::from_utf8_lossy(&raw))
+    })
+}
+
+/// GET, with `Authorization: Bearer <token>` when a token is given.
+pub async fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> Http {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> =
+        auth.as_deref().map(|a| ("Authorization", a)).into_iter().collect();
+    http(addr, "GET", path, &headers).await
+}
+
+/// POST with an empty body, with `Authorization: Bearer <token>` when a token is given.
+pub async fn http_post(addr: SocketAddr, path: &str, token: Option<&str>) -> Http {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> =
+        auth.as_deref().map(|a| ("Authorization", a)).into_iter().collect();
+    http(addr, "POST", path, &headers).await
+}
+
+/// Splits a full HTTP/1.1 response into status, headers and body (de-chunking the body
+/// when it is sent chunked).
+pub fn parse_http(raw: &[u8]) -> Result<Http, String> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no end of headers")?;
+    let head = std::str::from_utf8(&raw[..split]).map_err(|e| e.to_string())?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or("empty response")?;
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("bad status line {status_line:?}"));
+    }
+    let status = parts
+        .next()
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let mut headers = Vec::new();
+    for l in lines {
+        let (n, v) = l.split_once(':').ok_or_else(|| format!("bad header line {l:?}"))?;
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        body = dechunk(&body)?;
+    } else if let Some((_, len)) = headers.iter().find(|(n, _)| n == "content-length") {
+        let len: usize = len.parse().map_err(|_| format!("bad content-length {len:?}"))?;
+        if body.len() != len {
+            return Err(format!("content-length {len} but {} body bytes", body.len()));
+        }
+    }
+    Ok(Http { status, headers, body })
+}
+
+fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n").ok_or("chunk size line")?;
+        let size_text = std::str::from_utf8(&b[..eol]).map_err(|e| e.to_string())?;
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(b.get(..size).ok_or("short chunk")?);
+        b = b.get(size + 2..).ok_or("short chunk trailer")?;
+    }
+}
+
+/// One sample line of the Prometheus text exposition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed Prometheus text exposition.
+#[derive(Debug, Default)]
+pub struct Prom {
+    /// Metric family name → TYPE.
+    pub types: std::collections::BTreeMap<String, String>,
+    /// Metric family name → HELP text.
+    pub help: std::collections::BTreeMap<String, String>,
+    pub samples: Vec<Sample>,
+}
+
+impl Prom {
+    /// Parses the text format strictly: every line is `# HELP`, `# TYPE`, `# UNIT`,
+    /// `# EOF`, another comment, blank, or a sample `name{labels} value [timestamp]`
+    /// whose metric family has a TYPE line earlier in the text.
+    pub fn parse(text: &str) -> Result<Prom, String> {
+        let mut p = Prom::default();
+        for (i, line) in text.lines().enumerate() {
+            let err = |m: &str| format!("line {}: {m}: {line:?}", i + 1);
+            if line.trim().is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix('#') {
+                let rest = rest.trim_start();
+                let mut w = rest.splitn(3, ' ');
+                match w.next() {
+                    Some("HELP") => {
+                        let name = w.next().ok_or_else(|| err("HELP without a name"))?;
+                        check_metric_name(name).map_err(|e| err(&e))?;
+                        p.help.insert(name.to_string(), w.next().unwrap_or("").to_string());
+                    }
+                    Some("TYPE") => {
+                        let name = w.next().ok_or_else(|| err("TYPE without a name"))?;
+                        check_metric_name(name).map_err(|e| err(&e))?;
+                        let t = w.next().ok_or_else(|| err("TYPE without a type"))?.trim();
+                        let known = [
+                            "counter",
+                            "gauge",
+                            "histogram",
+                            "summary",
+                            "untyped",
+                            "unknown",
+                            "info",
+                            "stateset",
+                            "gaugehistogram",
+                        ];
+                        if !known.contains(&t) {
+                            return Err(err("unknown type"));
+                        }
+                        if p.types.insert(name.to_string(), t.to_string()).is_some() {
+                            return Err(err("second TYPE line for the same metric"));
+                        }
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            let s = parse_sample(line).map_err(|e| err(&e))?;
+            if p.family(&s.name).is_none() {
+                return Err(err("sample without a TYPE line for its metric"));
+            }
+            p.samples.push(s);
+        }
+        Ok(p)
+    }
+
+    /// The metric family (a name with a TYPE line) that sample name `name` belongs to.
+    pub fn family(&self, name: &str) -> Option<&str> {
+        if let Some((n, _)) = self.types.get_key_value(name) {
+            return Some(n);
+        }
+        for (suffix, types) in [
+            ("_total", &["counter"][..]),
+            ("_created", &["counter", "histogram", "summary"][..]),
+            ("_bucket", &["histogram", "gaugehistogram"][..]),
+            ("_sum", &["histogram", "summary"][..]),
+            ("_count", &["histogram", "summary"][..]),
+            ("_info", &["info"][..]),
+        ] {
+            if let Some(base) = name.strip_suffix(suffix)
+                && let Some((n, t)) = self.types.get_key_value(base)
+                && types.contains(&t.as_str())
+            {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    /// Samples named `name` whose labels include every pair of `labels`.
+    pub fn select(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Sample> {
+        self.samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// Sum of the values of `select(name, labels)`; 0 when there is none.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.select(name, labels).iter().map(|s| s.value).sum()
+    }
+}
+
+fn check_metric_name(n: &str) -> Result<(), String> {
+    let ok = !n.is_empty()
+        && !n.starts_with(|c: char| c.is_ascii_digit())
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    if ok { Ok(()) } else { Err(format!("invalid metric name {n:?}")) }
+}
+
+fn parse_sample(line: &str) -> Result<Sample, String> {
+    let name_end = line.find(['{', ' ']).ok_or("no value")?;
+    let name = &line[..name_end];
+    check_metric_name(name)?;
+    let mut labels = std::collections::BTreeMap::new();
+    let mut rest = &line[name_end..];
+    if let Some(r) = rest.strip_prefix('{') {
+        let mut chars = r.char_indices().peekable();
+        let end;
+        loop {
+            // Skip separators.
+            while let Some((_, c)) = chars.peek() {
+                if *c == ',' || *c == ' ' {
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            match chars.peek() {
+                Some((i, '}')) => {
+                    end = *i;
+                    break;
+                }
+                None => return Err("unterminated label set".into()),
+                _ => {}
+            }
+            let mut key = String::new();
+            for (_, c) in chars.by_ref() {
+                if c == '=' {
+                    break;
+                }
+                key.push(c);
+            }
+            if key.is_empty()
+                || key.starts_with(|c: char| c.is_ascii_digit())
+                || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(format!("invalid label name {key:?}"));
+            }
+            if chars.next().map(|(_, c)| c) != Some('"') {
+                return Err(format!("label {key}: value not quoted"));
+            }
+            let mut value = String::new();
+            loop {
+                match chars.next() {
+                    Some((_, '\\')) => match chars.next() {
+                        Some((_, 'n')) => value.push('\n'),
+                        Some((_, '\\')) => value.push('\\'),
+                        Some((_, '"')) => value.push('"'),
+                        other => return Err(format!("label {key}: bad escape {other:?}")),
+                    },
+                    Some((_, '"')) => break,
+                    Some((_, c)) => value.push(c),
+                    None => return Err(format!("label {key}: unterminated value")),
+                }
+            }
+            if labels.insert(key.clone(), value).is_some() {
+                return Err(format!("label {key} given twice"));
+            }
+        }
+        rest = &r[end + 1..];
+    }
+    let mut fields = rest.split_whitespace();
+    let v = fields.next().ok_or("no value")?;
+    let value = match v {
+        "+Inf" | "Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        "NaN" => f64::NAN,
+        _ => v.parse::<f64>().map_err(|_| format!("bad value {v:?}"))?,
+    };
+    if let Some(ts) = fields.next() {
+        ts.parse::<f64>().map_err(|_| format!("bad timestamp {ts:?}"))?;
+    }
+    if fields.next().is_some() {
+        return Err("trailing text after the value".into());
+    }
+    Ok(Sample { name: name.to_string(), labels, value })
+}
+
+/// Scrapes `/metrics` and parses it; panics with the text when it does not parse.
+pub async fn scrape(addr: SocketAddr, token: Option<&str>) -> Prom {
+    let r = http_get(addr, "/metrics", token).await;
+    assert_eq!(r.status, 200, "GET /metrics: {r:?}");
+    let text = r.text();
+    Prom::parse(&text).unwrap_or_else(|e| panic!("/metrics does not parse: {e}\n{text}"))
+}

@@ -1,0 +1,118 @@
+//! Benchmarks of the pure core: the whole responder from request bytes to response bytes
+//! (no sockets) for each routing method of the shipped example configuration, plus a
+//! subnet profile with 100k ranges and a 3-deep nested chain.
+//!
+//!     cargo bench --bench core
+
+use std::hint::black_box;
+use std::net::IpAddr;
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use hickory_proto::op::{Edns, Message, Query};
+use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+use hickory_proto::rr::{Name, RecordType};
+use rand::SeedableRng;
+use steerdns::dns::responder::{Transport, respond};
+
+fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
+    let mut m = Message::query();
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    if let Some(subnet) = ecs {
+        let mut edns = Edns::new();
+        edns.options_mut().insert(EdnsOption::Subnet(subnet.parse::<ClientSubnet>().unwrap()));
+        m.set_edns(edns);
+    }
+    m.to_vec().unwrap()
+}
+
+fn example(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap();
+    bench_names(
+        c,
+        &snap,
+        "example",
+        &[
+            ("static", "info.tm.example.test.", None),
+            ("nxdomain", "missing.tm.example.test.", None),
+            ("priority", "www.tm.example.test.", None),
+            ("weighted", "api.tm.example.test.", None),
+            ("weighted-sticky-ecs", "app.tm.example.test.", Some("203.0.113.0/24")),
+            ("multivalue", "pool.tm.example.test.", None),
+            ("nested", "global.tm.example.test.", None),
+            ("geographic-ecs", "geo.tm.example.test.", Some("192.0.2.128/25")),
+            ("subnet-ecs", "office.tm.example.test.", Some("198.51.100.15/32")),
+            ("performance-ecs", "fast.tm.example.test.", Some("198.51.100.130/32")),
+            ("groups-ecs", "accel.tm.example.test.", Some("198.51.100.0/24")),
+            ("zone-ecs", "svc.tm.example.test.", Some("10.1.0.0/16")),
+        ],
+    );
+}
+
+fn bench_names(
+    c: &mut Criterion,
+    snap: &steerdns::snapshot::Snapshot,
+    group: &str,
+    cases: &[(&str, &str, Option<&str>)],
+) {
+    let mut g = c.benchmark_group(group);
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    for (label, name, ecs) in cases {
+        let q = query(name, *ecs);
+        let mut out = Vec::with_capacity(1500);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        assert!(
+            respond(snap, &*snap.health, &q, src, Transport::Udp, &mut rng, &mut out).is_some()
+        );
+        g.bench_function(*label, |b| {
+            b.iter(|| {
+                respond(snap, &*snap.health, black_box(&q), src, Transport::Udp, &mut rng, &mut out)
+            })
+        });
+    }
+    g.finish();
+}
+
+/// A subnet profile with 100k ranges and a nested chain 3 deep, written to a temp dir.
+fn scale(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    std::fs::write(
+        dir.path().join("steerdns.yaml"),
+        "zones:\n  - origin: b.test.\n    ns: [ns1.b.test.]\n    soa: { rname: h.b.test. }\nprofiles: profiles/\n",
+    )
+    .unwrap();
+    let mut subnet = String::from("name: big\nrouting: subnet\nendpoints:\n");
+    for e in 0..100u32 {
+        subnet.push_str(&format!(
+            "  - name: e{e}\n    target: 192.0.2.{e}\n    always_serve: true\n    subnets: ["
+        ));
+        // 100k /28 blocks spread over 10.0.0.0/8.
+        let ranges: Vec<String> = (0..1000u32)
+            .map(|r| {
+                let ip = std::net::Ipv4Addr::from((10u32 << 24) | ((e * 1000 + r) << 4));
+                format!("\"{ip}/28\"")
+            })
+            .collect();
+        subnet.push_str(&ranges.join(", "));
+        subnet.push_str("]\n");
+    }
+    subnet.push_str("  - { name: fallback, target: 192.0.2.250, always_serve: true }\n");
+    let nested = "name: n0\nrouting: priority\nendpoints:\n  - { name: c, profile: n1 }\n---\nname: n1\nrouting: weighted\nendpoints:\n  - { name: c, profile: n2 }\n---\nname: n2\nrouting: priority\nendpoints:\n  - { name: c, profile: n3 }\n---\nname: n3\nrouting: weighted\nendpoints:\n  - { name: a, target: 192.0.2.1, always_serve: true }\n  - { name: b, target: 192.0.2.2, always_serve: true }\n";
+    std::fs::write(dir.path().join("profiles/big.yaml"), subnet).unwrap();
+    std::fs::write(dir.path().join("profiles/nested.yaml"), nested).unwrap();
+    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+    bench_names(
+        c,
+        &snap,
+        "scale",
+        &[
+            ("subnet-100k-ranges", "big.b.test.", Some("10.0.200.64/28")),
+            ("nested-3-deep", "n0.b.test.", None),
+        ],
+    );
+}
+
+criterion_group!(benches, example, scale);
+criterion_main!(benches);

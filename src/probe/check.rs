@@ -1,0 +1,457 @@
+//! One health check of one probe: an HTTP(S) GET or a TCP connect (contract §7).
+//!
+//! Everything that does not change between runs (URL, headers, the shared HTTP client) is
+//! prepared once per probe in `Check::new`; `Check::run` does the I/O. The hard overall
+//! timeout is not applied here but by the scheduler around `run`, so it covers resolution,
+//! connect, TLS, headers and body alike. Failures come back as a `Reason` whose text is what
+//! operators read in the logs and the admin API.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
+use std::time::Duration;
+
+use reqwest::header::{HOST, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Client, Url};
+use tokio::net::TcpStream;
+
+use super::plan::{ProbeKey, ProbeTarget};
+use crate::model::Protocol;
+
+/// Only this much of a body is searched for `body_contains` (as Azure Traffic Manager).
+pub const BODY_LIMIT: usize = 5120;
+
+/// Why a check failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The status code is not in `expected_status`.
+    Status {
+        got: u16,
+        expected: Vec<(u16, u16)>,
+    },
+    /// `body_contains` is not in the first `BODY_LIMIT` bytes.
+    Body(String),
+    Timeout(Duration),
+    Refused,
+    /// The TLS handshake failed; the rustls error text.
+    Tls(String),
+    /// A host-name target did not resolve.
+    Resolve {
+        name: String,
+        error: String,
+    },
+    /// The probe cannot be sent at all (an invalid header, no HTTP client).
+    Setup(String),
+    /// Any other I/O or protocol failure, with its innermost error text.
+    Other(String),
+    /// A host name with several addresses, every one of which failed.
+    Addresses(Vec<(IpAddr, Reason)>),
+}
+
+impl Reason {
+    /// A short, fixed label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::Status { .. } => "status",
+            Reason::Body(_) => "body",
+            Reason::Timeout(_) => "timeout",
+            Reason::Refused => "refused",
+            Reason::Tls(_) => "tls",
+            Reason::Resolve { .. } => "resolve",
+            Reason::Setup(_) => "setup",
+            Reason::Other(_) => "error",
+            Reason::Addresses(all) => all.first().map_or("error", |(_, r)| r.kind()),
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Status { got, expected } => {
+                write!(f, "HTTP {got}, expected ")?;
+                for (i, (lo, hi)) in expected.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    if lo == hi { write!(f, "{sep}{lo}")? } else { write!(f, "{sep}{lo}-{hi}")? }
+                }
+                Ok(())
+            }
+            Reason::Body(needle) => write!(f, "body does not contain {needle:?}"),
+            Reason::Timeout(d) => write!(f, "timeout after {}", humantime::format_duration(*d)),
+            Reason::Refused => f.write_str("connection refused"),
+            Reason::Tls(e) => write!(f, "TLS: {e}"),
+            Reason::Resolve { name, error } => write!(f, "cannot resolve {name}: {error}"),
+            Reason::Setup(e) | Reason::Other(e) => f.write_str(e),
+            Reason::Addresses(all) => {
+                // The same failure everywhere reads better once, without addresses.
+                if all.windows(2).all(|w| w[0].1 == w[1].1)
+                    && let Some((_, r)) = all.first()
+                {
+                    return r.fmt(f);
+                }
+                for (i, (ip, r)) in all.iter().enumerate() {
+                    write!(f, "{}{ip}: {r}", if i == 0 { "" } else { "; " })?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The HTTP clients every probe shares: one validating certificates, one not. Built on
+/// first use, so a configuration without https never loads the system's root store.
+#[derive(Default)]
+pub struct Clients {
+    verifying: OnceLock<Result<Client, String>>,
+    lenient: OnceLock<Result<Client, String>>,
+}
+
+impl Clients {
+    pub fn get(&self, tls_verify: bool) -> Result<Client, String> {
+        let cell = if tls_verify { &self.verifying } else { &self.lenient };
+        cell.get_or_init(|| build_client(tls_verify)).clone()
+    }
+}
+
+fn build_client(tls_verify: bool) -> Result<Client, String> {
+    // reqwest is built without a default crypto provider; an Err means one is installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        // A retried request would hide a failure and double the load on the backend.
+        .retry(reqwest::retry::never())
+        .no_proxy()
+        // A fresh connection per probe: accepting connections is part of being healthy,
+        // and a pooled connection to one address must never answer for another.
+        .pool_max_idle_per_host(0)
+        .danger_accept_invalid_certs(!tls_verify)
+        .dns_resolver(Arc::new(Pinned))
+        .user_agent(concat!("steerdns-probe/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {}", innermost(&e)))
+}
+
+tokio::task_local! {
+    /// The address an HTTP check of a host-name target must connect to. The URL keeps the
+    /// host name (for SNI, certificate checks and the default Host header) while each
+    /// resolved address is probed on its own.
+    static PINNED: SocketAddr;
+}
+
+/// reqwest's resolver for host-name URLs: the address pinned by the running check.
+struct Pinned;
+
+impl reqwest::dns::Resolve for Pinned {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let addr = PINNED.try_with(|a| *a);
+        let name = name.as_str().to_string();
+        Box::pin(async move {
+            // Never fall back to resolving here: that would probe an address nobody chose.
+            let addr = addr.map_err(|_| format!("no probe address pinned for {name}"))?;
+            Ok(Box::new(std::iter::once(addr)) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// A prepared check of one probe.
+pub struct Check {
+    target: ProbeTarget,
+    port: u16,
+    kind: Kind,
+}
+
+enum Kind {
+    Tcp,
+    // Boxed: a check is built once per probe, and tcp probes should not carry HTTP's size.
+    Http(Box<Result<Http, String>>),
+}
+
+struct Http {
+    client: Client,
+    url: Url,
+    headers: HeaderMap,
+    expected: Vec<(u16, u16)>,
+    body_contains: Option<String>,
+}
+
+impl Check {
+    pub fn new(key: &ProbeKey, clients: &Clients) -> Check {
+        let m = &key.monitor;
+        let kind = match m.protocol {
+            Protocol::Tcp => Kind::Tcp,
+            Protocol::Http | Protocol::Https => Kind::Http(Box::new(Http::new(key, clients))),
+        };
+        Check { target: key.target.clone(), port: m.port, kind }
+    }
+
+    /// Why this check can never succeed, if its definition is unusable.
+    pub fn setup_error(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Http(h) => h.as_ref().as_ref().err().map(String::as_str),
+            Kind::Tcp => None,
+        }
+    }
+
+    /// Runs the check once, against every address of a host-name target.
+    pub async fn run(&self) -> Result<(), Reason> {
+        match &self.target {
+            ProbeTarget::Ip(ip) => self.one(*ip).await,
+            ProbeTarget::Host(name) => {
+                let ips = resolve(&host_text(name), self.port).await?;
+                any_ok(ips.into_iter().map(|ip| (ip, Box::pin(self.one(ip)) as BoxCheck<'_>))).await
+            }
+        }
+    }
+
+    async fn one(&self, ip: IpAddr) -> Result<(), Reason> {
+        let addr = SocketAddr::new(ip, self.port);
+        match &self.kind {
+            Kind::Tcp => tcp(addr).await,
+            Kind::Http(h) => match h.as_ref() {
+                Err(e) => Err(Reason::Setup(e.clone())),
+                Ok(h) => PINNED.scope(addr, h.get()).await,
+            },
+        }
+    }
+}
+
+impl Http {
+    fn new(key: &ProbeKey, clients: &Clients) -> Result<Http, String> {
+        let m = &key.monitor;
+        let scheme = if m.protocol == Protocol::Https { "https" } else { "http" };
+        let host = match &key.target {
+            ProbeTarget::Ip(IpAddr::V4(ip)) => ip.to_string(),
+            ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
+            ProbeTarget::Host(name) => host_text(name),
+        };
+        let url = format!("{scheme}://{host}:{}{}", m.port, m.path);
+        let url = Url::parse(&url).map_err(|e| format!("invalid probe URL {url}: {e}"))?;
+        Ok(Http {
+            client: clients.get(m.protocol == Protocol::Https && m.tls_verify)?,
+            url,
+            headers: headers(key)?,
+            expected: m.expected_status.clone(),
+            body_contains: m.body_contains.clone(),
+        })
+    }
+
+    async fn get(&self) -> Result<(), Reason> {
+        let req = self.client.get(self.url.clone()).headers(self.headers.clone());
+        let mut resp = req.send().await.map_err(|e| classify(&e))?;
+        let got = resp.status().as_u16();
+        if !self.expected.iter().any(|(lo, hi)| (*lo..=*hi).contains(&got)) {
+            return Err(Reason::Status { got, expected: self.expected.clone() });
+        }
+        let Some(needle) = &self.body_contains else { return Ok(()) };
+        let mut body = Vec::new();
+        while body.len() < BODY_LIMIT {
+            match resp.chunk().await.map_err(|e| classify(&e))? {
+                Some(chunk) => body.extend_from_slice(&chunk),
+                None => break,
+            }
+        }
+        body.truncate(BODY_LIMIT);
+        if contains(&body, needle.as_bytes()) { Ok(()) } else { Err(Reason::Body(needle.clone())) }
+    }
+}
+
+/// The monitor's headers; `Host` defaults to the target's name when it is a host name
+/// (for an address, reqwest sends the address).
+fn headers(key: &ProbeKey) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::new();
+    for (k, v) in &key.monitor.headers {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("invalid header name {k:?}"))?;
+        let value =
+            HeaderValue::from_str(v).map_err(|_| format!("invalid value of header {k}: {v:?}"))?;
+        map.insert(name, value);
+    }
+    if let ProbeTarget::Host(name) = &key.target
+        && !map.contains_key(HOST)
+    {
+        let host = host_text(name);
+        map.insert(HOST, HeaderValue::from_str(&host).map_err(|e| e.to_string())?);
+    }
+    Ok(map)
+}
+
+/// A host name as written in URLs and Host headers: without the root's trailing dot.
+fn host_text(name: &crate::dns::name::WireName) -> String {
+    let text = name.to_string();
+    text.strip_suffix('.').map(str::to_string).unwrap_or(text)
+}
+
+async fn tcp(addr: SocketAddr) -> Result<(), Reason> {
+    match TcpStream::connect(addr).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(Reason::Refused),
+        Err(e) => Err(Reason::Other(e.to_string())),
+    }
+}
+
+async fn resolve(name: &str, port: u16) -> Result<Vec<IpAddr>, Reason> {
+    let failed = |error: String| Reason::Resolve { name: name.to_string(), error };
+    let addrs = tokio::net::lookup_host((name, port)).await.map_err(|e| failed(e.to_string()))?;
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for a in addrs {
+        if !ips.contains(&a.ip()) {
+            ips.push(a.ip());
+        }
+    }
+    if ips.is_empty() {
+        return Err(failed("no addresses".to_string()));
+    }
+    Ok(ips)
+}
+
+type BoxCheck<'a> = Pin<Box<dyn Future<Output = Result<(), Reason>> + Send + 'a>>;
+
+/// Runs the checks of every address concurrently: Ok as soon as one succeeds, else every
+/// address with its reason. Polled in place (not spawned) so the pinned address of each
+/// check stays in its scope.
+async fn any_ok(checks: impl Iterator<Item = (IpAddr, BoxCheck<'_>)>) -> Result<(), Reason> {
+    let mut pending: Vec<(IpAddr, Option<BoxCheck<'_>>)> =
+        checks.map(|(ip, c)| (ip, Some(c))).collect();
+    let mut failed: Vec<(IpAddr, Reason)> = Vec::new();
+    poll_fn(|cx| {
+        for (ip, slot) in pending.iter_mut() {
+            let Some(check) = slot else { continue };
+            if let Poll::Ready(result) = check.as_mut().poll(cx) {
+                *slot = None;
+                match result {
+                    Ok(()) => return Poll::Ready(Ok(())),
+                    Err(r) => failed.push((*ip, r)),
+                }
+            }
+        }
+        if pending.iter().all(|(_, s)| s.is_none()) {
+            return Poll::Ready(Err(match failed.len() {
+                1 => failed.pop().map(|(_, r)| r).unwrap_or(Reason::Refused),
+                _ => Reason::Addresses(std::mem::take(&mut failed)),
+            }));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The reason of a reqwest failure, found by walking its sources: a rustls error anywhere
+/// is a TLS failure, a refused connect is `Refused`, anything else reads as its innermost
+/// error (reqwest's own text only names the URL).
+fn classify(err: &reqwest::Error) -> Reason {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Reason::Tls(tls.to_string());
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return Reason::Refused;
+            }
+            // io::Error::source skips the error it wraps; look at that one first.
+            if let Some(inner) = io.get_ref() {
+                cur = Some(inner as &(dyn StdError + 'static));
+                continue;
+            }
+        }
+        cur = e.source();
+    }
+    Reason::Other(innermost(err))
+}
+
+/// The text of the deepest error in a chain (looking inside `io::Error`s too).
+fn innermost(err: &(dyn StdError + 'static)) -> String {
+    let mut last = err;
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        last = e;
+        cur = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
+    }
+    last.to_string()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_texts() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let cases: Vec<(Reason, &str)> = vec![
+            (Reason::Status { got: 503, expected: vec![(200, 299)] }, "HTTP 503, expected 200-299"),
+            (
+                Reason::Status { got: 500, expected: vec![(200, 299), (301, 301)] },
+                "HTTP 500, expected 200-299, 301",
+            ),
+            (Reason::Timeout(Duration::from_millis(800)), "timeout after 800ms"),
+            (Reason::Timeout(Duration::from_secs(10)), "timeout after 10s"),
+            (Reason::Refused, "connection refused"),
+            (Reason::Body("OK".into()), "body does not contain \"OK\""),
+            (Reason::Tls("certificate expired".into()), "TLS: certificate expired"),
+            (
+                Reason::Addresses(vec![
+                    (ip("192.0.2.1"), Reason::Refused),
+                    (ip("::1"), Reason::Refused),
+                ]),
+                "connection refused",
+            ),
+            (
+                Reason::Addresses(vec![
+                    (ip("192.0.2.1"), Reason::Refused),
+                    (ip("::1"), Reason::Timeout(Duration::from_secs(1))),
+                ]),
+                "192.0.2.1: connection refused; ::1: timeout after 1s",
+            ),
+        ];
+        for (reason, text) in cases {
+            assert_eq!(reason.to_string(), text);
+        }
+    }
+
+    #[tokio::test]
+    async fn any_address_succeeding_is_enough() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let fail = |r: Reason| Box::pin(async move { Err(r) }) as BoxCheck<'static>;
+        let ok = || Box::pin(async { Ok(()) }) as BoxCheck<'static>;
+        let slow_ok = || {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(())
+            }) as BoxCheck<'static>
+        };
+        let got =
+            any_ok([(ip("192.0.2.1"), fail(Reason::Refused)), (ip("::1"), slow_ok())].into_iter());
+        assert_eq!(got.await, Ok(()));
+        let got = any_ok([(ip("192.0.2.1"), ok()), (ip("::1"), fail(Reason::Refused))].into_iter());
+        assert_eq!(got.await, Ok(()));
+        let got = any_ok([(ip("192.0.2.1"), fail(Reason::Refused))].into_iter());
+        assert_eq!(got.await, Err(Reason::Refused));
+        let got = any_ok(
+            [(ip("192.0.2.1"), fail(Reason::Refused)), (ip("::1"), fail(Reason::Body("x".into())))]
+                .into_iter(),
+        );
+        assert_eq!(
+            got.await.unwrap_err().to_string(),
+            "192.0.2.1: connection refused; ::1: body does not contain \"x\""
+        );
+    }
+
+    #[test]
+    fn body_search() {
+        assert!(contains(b"all OK here", b"OK"));
+        assert!(!contains(b"all ok here", b"OK"));
+        assert!(!contains(b"O", b"OK"));
+        assert!(contains(b"", b""));
+    }
+}

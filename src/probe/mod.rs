@@ -1,0 +1,256 @@
+//! The health prober: runs one task per distinct probe and publishes endpoint statuses
+//! into the health table the query path reads (contract §5, §7).
+//!
+//! `plan` decides which probes a snapshot needs, `check` does one probe, `state` is the
+//! pure status machine, `live` holds a running probe's state and publishes it, and
+//! `schedule` is each probe's loop. `Prober` ties them together across reloads: `adopt`
+//! keeps probes whose definition did not change (state and phase included), stops the ones
+//! no longer used and starts new ones in `checking`. `report` connects it to the reload
+//! procedure, the admin API and the metrics.
+
+pub mod check;
+mod live;
+pub mod plan;
+mod report;
+mod schedule;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use arc_swap::ArcSwap;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use check::Reason;
+pub use live::{ProbeResult, StatusChange};
+pub use plan::{ProbeKey, ProbeTarget};
+pub use report::{attach, details};
+pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
+
+use crate::health::{HealthTable, HealthView, Status};
+use crate::snapshot::Snapshot;
+use check::{Check, Clients};
+use live::{KINDS, Live, Users, protocol_name};
+use plan::{Plan, User};
+use schedule::Stats;
+
+/// What the admin API shows of one leaf endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointState {
+    /// Absolute profile name.
+    pub profile: String,
+    pub endpoint: String,
+    /// The address or host name probed.
+    pub target: String,
+    pub status: Status,
+    /// False for endpoints that are never probed (disabled, always_serve, or in a disabled
+    /// profile); their status comes from the configuration.
+    pub probed: bool,
+    pub last_probe: Option<ProbeResult>,
+    pub last_change: Option<StatusChange>,
+    /// How many probe results of each kind (`ok`, `timeout`, ...) so far; kinds never seen
+    /// are left out. Shared probes show the same counts on every endpoint using them.
+    pub results: Vec<(&'static str, u64)>,
+}
+
+/// A running probe task.
+struct Running {
+    live: Arc<Live>,
+    cancel: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+/// A leaf endpoint of the adopted snapshot, for `endpoint_states`.
+struct Leaf {
+    user: User,
+    target: String,
+    table: Arc<HealthTable>,
+    live: Option<Arc<Live>>,
+}
+
+/// The leaves of the adopted snapshot, in order and by (profile, endpoint).
+#[derive(Default)]
+struct Leaves {
+    list: Vec<Leaf>,
+    index: HashMap<(Arc<str>, Arc<str>), usize>,
+}
+
+/// Runs the probes of the current snapshot. Queries never wait on it: they read the health
+/// table, which the prober writes with atomic stores.
+pub struct Prober {
+    runtime: Handle,
+    cancel: CancellationToken,
+    clients: Arc<Clients>,
+    stats: Arc<Stats>,
+    /// Taken by `adopt`, `stats` and `wait`; never by queries or probe tasks.
+    running: Mutex<HashMap<ProbeKey, Running>>,
+    leaves: ArcSwap<Leaves>,
+}
+
+impl Prober {
+    /// Starts probing `snap`. Must be called inside a tokio runtime, whose tasks run the
+    /// probes; cancelling `cancel` stops them all.
+    pub fn start(snap: &Snapshot, cancel: CancellationToken) -> Prober {
+        let prober = Prober {
+            runtime: Handle::current(),
+            cancel,
+            clients: Arc::new(Clients::default()),
+            stats: Arc::new(Stats::default()),
+            running: Mutex::new(HashMap::new()),
+            leaves: ArcSwap::from_pointee(Leaves::default()),
+        };
+        let (_, started, _) = prober.switch(snap);
+        tracing::info!(probes = started, "health prober started");
+        prober
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<ProbeKey, Running>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves probing to `next`, before it is swapped in: unchanged probes keep their state
+    /// and schedule and write their status into `next.health`; probes no longer used stop;
+    /// new ones start `checking`. From now on results go to `next.health`.
+    pub fn adopt(&self, next: &Snapshot) {
+        let (kept, started, stopped) = self.switch(next);
+        tracing::info!(kept, started, stopped, "probes moved to the new configuration");
+    }
+
+    /// `adopt`, returning how many probes were kept, started and stopped.
+    fn switch(&self, next: &Snapshot) -> (usize, usize, usize) {
+        let Plan { probes, leaves, stopped } = plan::plan(next);
+        for slot in stopped {
+            next.health.set(slot, Status::Stopped);
+        }
+        let mut running = self.lock();
+        let before = running.len();
+        running.retain(|key, r| {
+            let keep = probes.contains_key(key);
+            if !keep {
+                r.cancel.cancel();
+                tracing::debug!(target = %key.target, port = key.monitor.port, "probe stopped");
+            }
+            keep
+        });
+        let kept = running.len();
+        for (key, list) in probes {
+            let users = Users { table: next.health.clone(), list };
+            match running.get(&key) {
+                Some(r) => r.live.adopt(users),
+                None => {
+                    let r = self.spawn(key.clone(), users);
+                    running.insert(key, r);
+                }
+            }
+        }
+        self.leaves.store(Arc::new(Leaves::new(leaves, &running, &next.health)));
+        (kept, running.len() - kept, before - kept)
+    }
+
+    fn spawn(&self, key: ProbeKey, users: Users) -> Running {
+        let check = Check::new(&key, &self.clients);
+        if let Some(e) = check.setup_error() {
+            tracing::warn!(target = %key.target, error = e, "probe cannot run; it will fail every time");
+        }
+        tracing::debug!(
+            target = %key.target,
+            protocol = protocol_name(key.monitor.protocol),
+            port = key.monitor.port,
+            "probe started"
+        );
+        let offset = schedule::first_offset(&key);
+        let live = Arc::new(Live::new(key, users));
+        let cancel = self.cancel.child_token();
+        let task = self.runtime.spawn(schedule::run(
+            live.clone(),
+            check,
+            offset,
+            cancel.clone(),
+            self.stats.clone(),
+        ));
+        Running { live, cancel, task: Some(task) }
+    }
+
+    /// Every leaf (non-nested) endpoint of the current configuration, in profile and
+    /// endpoint order, with its status and probe history.
+    pub fn endpoint_states(&self) -> Vec<EndpointState> {
+        self.leaves.load().list.iter().map(Leaf::state).collect()
+    }
+
+    /// One leaf endpoint's state, by absolute profile name and endpoint name.
+    pub fn endpoint_state(&self, profile: &str, endpoint: &str) -> Option<EndpointState> {
+        let leaves = self.leaves.load();
+        let i = *leaves.index.get(&(Arc::from(profile), Arc::from(endpoint)))?;
+        Some(leaves.list[i].state())
+    }
+
+    /// Check durations so far, one histogram per protocol.
+    pub fn durations(&self) -> Vec<DurationHistogram> {
+        self.stats.durations()
+    }
+
+    /// Run counters; `max_lag` is the largest lag since the previous call.
+    pub fn stats(&self) -> ProberStats {
+        let probes = self.lock().len();
+        self.stats.read(probes)
+    }
+
+    /// Waits for every probe task to end, once the cancellation token has fired.
+    pub async fn wait(&self) {
+        let tasks: Vec<JoinHandle<()>> =
+            self.lock().values_mut().filter_map(|r| r.task.take()).collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Leaves {
+    fn new(
+        leaves: Vec<plan::Leaf>,
+        running: &HashMap<ProbeKey, Running>,
+        table: &Arc<HealthTable>,
+    ) -> Leaves {
+        let list: Vec<Leaf> = leaves
+            .into_iter()
+            .map(|l| Leaf {
+                target: l.target.to_string(),
+                live: l.probe.and_then(|k| running.get(&k).map(|r| r.live.clone())),
+                table: table.clone(),
+                user: l.user,
+            })
+            .collect();
+        let index = list
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ((l.user.profile.clone(), l.user.endpoint.clone()), i))
+            .collect();
+        Leaves { list, index }
+    }
+}
+
+impl Leaf {
+    fn state(&self) -> EndpointState {
+        let (status, last_probe, last_change, results) = match &self.live {
+            Some(live) => {
+                let v = live.view();
+                let results =
+                    KINDS.iter().zip(v.counts).filter(|(_, n)| *n > 0).map(|(k, n)| (*k, n));
+                (v.status, v.last, v.change, results.collect())
+            }
+            None => (self.table.status(self.user.slot), None, None, Vec::new()),
+        };
+        EndpointState {
+            profile: self.user.profile.to_string(),
+            endpoint: self.user.endpoint.to_string(),
+            target: self.target.clone(),
+            status,
+            probed: self.live.is_some(),
+            last_probe,
+            last_change,
+            results,
+        }
+    }
+}
