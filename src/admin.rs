@@ -67,7 +67,9 @@ async fn require_token(State(c): State<Shared>, req: Request, next: Next) -> Res
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        // The scheme is case-insensitive (RFC 7235 §2.1).
+        .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()));
     match given {
         Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => next.run(req).await,
         _ => {
@@ -204,7 +206,14 @@ async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) 
 async fn reload(State(c): State<Shared>) -> Response {
     let control = c.clone();
     match tokio::task::spawn_blocking(move || control.reload("admin API")).await {
-        Ok(Ok(generation)) => Json(json!({ "generation": generation })).into_response(),
+        Ok(Ok(generation)) => {
+            let restart = c.restart_needed();
+            let mut body = json!({ "generation": generation });
+            if !restart.is_empty() {
+                body["restart_needed"] = json!(restart);
+            }
+            Json(body).into_response()
+        }
         Ok(Err(errors)) => {
             let list: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
             (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "errors": list }))).into_response()

@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{self, ConfigErrors};
 use crate::metrics::{self, Metrics};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Listen, Snapshot};
 
 /// Something that must see a new snapshot before queries do (the prober carries probe
 /// state over into the new health table).
@@ -23,6 +23,8 @@ pub type Details =
 
 pub struct Control {
     pub config_path: PathBuf,
+    /// The listen addresses bound at startup: reloads cannot rebind them.
+    running_listen: Listen,
     pub shared: Arc<ArcSwap<Snapshot>>,
     pub metrics: Metrics,
     /// Serialises reloads; never taken by queries.
@@ -36,6 +38,7 @@ impl Control {
     pub fn new(config_path: PathBuf, first: Snapshot) -> Control {
         Control {
             config_path,
+            running_listen: first.listen.clone(),
             shared: Arc::new(ArcSwap::from_pointee(first)),
             metrics: Metrics::default(),
             reloading: Mutex::new(()),
@@ -91,7 +94,7 @@ impl Control {
                 return Err(errors);
             }
         };
-        warn_listen_changes(&current, &next);
+        warn_listen_changes(&self.running_listen, &next.listen);
         for hook in self.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             hook(&next);
         }
@@ -110,14 +113,28 @@ impl Control {
         );
         Ok(generation)
     }
+
+    /// Configuration keys whose change needs a restart (listeners are bound once).
+    pub fn restart_needed(&self) -> Vec<&'static str> {
+        restart_keys(&self.running_listen, &self.snapshot().listen)
+    }
 }
 
-/// Listeners are bound once at startup; say clearly when a reload asks for others.
-fn warn_listen_changes(current: &Snapshot, next: &Snapshot) {
-    if current.listen.dns != next.listen.dns {
-        tracing::warn!(running = ?current.listen.dns, configured = ?next.listen.dns, "listen.dns changed: restart steerdns to apply it (the running listeners stay)");
+fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if running.dns != configured.dns {
+        keys.push("listen.dns");
     }
-    if current.listen.admin != next.listen.admin {
-        tracing::warn!(running = ?current.listen.admin, configured = ?next.listen.admin, "listen.admin changed: restart steerdns to apply it");
+    if running.admin != configured.admin {
+        keys.push("listen.admin");
+    }
+    keys
+}
+
+/// Listeners are bound once at startup; say clearly, on every reload, when the
+/// configuration asks for others.
+fn warn_listen_changes(running: &Listen, next: &Listen) {
+    for key in restart_keys(running, next) {
+        tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, "{key} changed: restart steerdns to apply it (the running listeners stay)");
     }
 }

@@ -110,7 +110,8 @@ fn main() -> ExitCode {
         Command::Serve { config } => match run_server(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                // `{e}`, not `{e:#}`: the server's errors already include their cause.
+                eprintln!("error: {e}");
                 ExitCode::from(1)
             }
         },
@@ -125,7 +126,11 @@ fn run_server(config: PathBuf) -> anyhow::Result<()> {
 
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

@@ -87,6 +87,14 @@ fn one_error_per_case_with_location() {
 }
 
 #[test]
+fn an_empty_profile_file_is_an_error_but_a_comment_only_file_is_not() {
+    let errors = errors_of(SERVER, "  \n");
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(errors[0].starts_with("p.yaml:0:0: the file is empty"), "{errors:#?}");
+    assert_eq!(errors_of(SERVER, "# all profiles removed for now\n"), Vec::<String>::new());
+}
+
+#[test]
 fn nesting_deeper_than_ten_is_rejected_and_ten_is_fine() {
     let chain = |hops: usize| -> String {
         let mut docs = Vec::new();

@@ -54,7 +54,17 @@ pub fn read_dir(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
                 continue;
             }
         };
-        out.extend(parse_documents(&file, &text, errors));
+        let docs = parse_documents(&file, &text, errors);
+        if text.trim().is_empty() {
+            // Most likely caught halfway through a non-atomic write: refuse rather than
+            // silently drop every profile the file held.
+            errors.push(ConfigError {
+                file: file.clone(),
+                pos: Pos::default(),
+                message: "the file is empty; delete it to remove its profiles".into(),
+            });
+        }
+        out.extend(docs);
     }
     out
 }

@@ -45,11 +45,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone>
     if let Some(file) = &z.file {
         let path = base.join(&file.value);
         match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let text = format!("$TTL {ttl}\n{text}");
-                let parser = Parser::new(text, Some(path.clone()), Some(origin_name.clone()));
-                add_records(sink, &mut nodes, &origin, parser, Pos::of(file));
-            }
+            Ok(text) => zone_file(sink, &mut nodes, &origin, &path, &text, ttl),
             Err(e) => sink.on(file, format!("cannot read zone file {}: {e}", path.display())),
         }
     }
@@ -88,6 +84,61 @@ pub fn parse_name(sink: &mut Sink<'_>, v: &S<String>, origin: Option<&Name>) -> 
             None
         }
     }
+}
+
+/// Records of an RFC 1035 master file; errors name the zone file (and, for a syntax error,
+/// the line of the entry that broke the parse).
+fn zone_file(
+    sink: &mut Sink<'_>,
+    nodes: &mut HashMap<WireName, Node>,
+    origin: &WireName,
+    path: &Path,
+    text: &str,
+    ttl: u32,
+) {
+    let mut file_sink = Sink { file: path, errors: sink.errors };
+    let origin_name = origin.to_name();
+    let parse = |upto: &str| {
+        Parser::new(
+            format!("$TTL {ttl}\n{upto}"),
+            Some(path.to_path_buf()),
+            Some(origin_name.clone()),
+        )
+        .parse()
+    };
+    if let Err(e) = parse(text) {
+        let line = failing_line(text, |prefix| parse(prefix).is_ok());
+        return file_sink.at(Pos { line, col: 1 }, format!("invalid record: {e}"));
+    }
+    let parser = Parser::new(
+        format!("$TTL {ttl}\n{text}"),
+        Some(path.to_path_buf()),
+        Some(origin_name.clone()),
+    );
+    add_records(&mut file_sink, nodes, origin, parser, Pos { line: 0, col: 0 });
+}
+
+/// hickory's parser does not say where it failed: find the first entry (a line, or lines
+/// joined by parentheses) whose inclusion makes the parse fail. Only run on error.
+fn failing_line(text: &str, parses: impl Fn(&str) -> bool) -> u64 {
+    let mut depth = 0i32;
+    let mut entry_start = 1u64;
+    let mut end = 0usize;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if depth == 0 {
+            entry_start = i as u64 + 1;
+        }
+        let code = line.split(';').next().unwrap_or("");
+        depth += code.matches('(').count() as i32 - code.matches(')').count() as i32;
+        end += line.len();
+        if depth <= 0 {
+            depth = 0;
+            if !parses(&text[..end]) {
+                return entry_start;
+            }
+        }
+    }
+    entry_start
 }
 
 fn add_records(
