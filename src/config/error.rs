@@ -99,3 +99,14 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
         None => msg.to_string(),
     }
 }
+
+/// Reads a configuration file; failure is one located error.
+pub fn read_file(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: path.to_path_buf(),
+            pos: Pos::default(),
+            message: format!("cannot read: {e}"),
+        }])
+    })
+}

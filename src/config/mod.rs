@@ -35,13 +35,7 @@ use crate::zone::{Zone, next_serial};
 /// replaced, if any) keeps zone serials growing only when content changed.
 pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigErrors> {
     let mut errors = Vec::new();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigErrors(vec![ConfigError {
-            file: path.to_path_buf(),
-            pos: Pos::default(),
-            message: format!("cannot read: {e}"),
-        }])
-    })?;
+    let text = error::read_file(path)?;
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();

@@ -22,8 +22,8 @@ use serde_saphyr::Spanned;
 use super::Entries;
 use super::db::Location;
 use super::regions::Regions;
-use crate::config::error::{Pos, Sink, from_yaml};
-use crate::config::{ConfigError, ConfigErrors};
+use crate::config::ConfigErrors;
+use crate::config::error::{Sink, from_yaml};
 
 /// Mean Earth radius (IUGG), km.
 const EARTH_RADIUS_KM: f64 = 6371.0088;
@@ -161,13 +161,7 @@ struct RawRow {
 impl LatencyTable {
     /// Reads and validates a table; `from:` codes are checked against `hierarchy`.
     pub fn load(path: &Path, hierarchy: Arc<Regions>) -> Result<LatencyTable, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigErrors(vec![ConfigError {
-                file: path.to_path_buf(),
-                pos: Pos::default(),
-                message: format!("cannot read: {e}"),
-            }])
-        })?;
+        let text = crate::config::error::read_file(path)?;
         LatencyTable::parse(&text, path, hierarchy)
     }
 

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::Entries;
-use crate::config::error::{Pos, Sink, from_yaml};
-use crate::config::{ConfigError, ConfigErrors};
+use crate::config::ConfigErrors;
+use crate::config::error::{Sink, from_yaml};
 
 /// The code of the root of the hierarchy.
 pub const WORLD: &str = "WORLD";
@@ -84,13 +84,7 @@ impl Regions {
 
     /// Reads a hierarchy file (same format as `geo-data/regions.yaml`).
     pub fn load(path: &Path) -> Result<Regions, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigErrors(vec![ConfigError {
-                file: path.to_path_buf(),
-                pos: Pos::default(),
-                message: format!("cannot read: {e}"),
-            }])
-        })?;
+        let text = crate::config::error::read_file(path)?;
         Regions::parse(&text, path)
     }
 
