@@ -41,32 +41,63 @@ pub fn read_dir(dir: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
         }
     };
     files.sort();
+    // YAML parsing dominates a large load: spread the files over the cores. Results are
+    // merged in file order, so ids and error order do not depend on thread timing.
+    let workers =
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len().max(1));
+    let mut parts: Vec<(usize, Vec<Source>, Vec<ConfigError>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let files = &files;
+                scope.spawn(move || {
+                    (w..files.len())
+                        .step_by(workers)
+                        .map(|i| {
+                            let mut errs = Vec::new();
+                            let docs = read_file(&files[i], &mut errs);
+                            (i, docs, errs)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a profile parser thread panicked"))
+            .collect()
+    });
+    parts.sort_by_key(|(i, _, _)| *i);
     let mut out = Vec::new();
-    for file in files {
-        let text = match std::fs::read_to_string(&file) {
-            Ok(t) => t,
-            Err(e) => {
-                errors.push(ConfigError {
-                    file,
-                    pos: Pos::default(),
-                    message: format!("cannot read: {e}"),
-                });
-                continue;
-            }
-        };
-        let docs = parse_documents(&file, &text, errors);
-        if text.trim().is_empty() {
-            // Most likely caught halfway through a non-atomic write: refuse rather than
-            // silently drop every profile the file held.
-            errors.push(ConfigError {
-                file: file.clone(),
-                pos: Pos::default(),
-                message: "the file is empty; delete it to remove its profiles".into(),
-            });
-        }
+    for (_, docs, errs) in parts {
         out.extend(docs);
+        errors.extend(errs);
     }
     out
+}
+
+/// Every profile of one file.
+fn read_file(file: &Path, errors: &mut Vec<ConfigError>) -> Vec<Source> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push(ConfigError {
+                file: file.to_path_buf(),
+                pos: Pos::default(),
+                message: format!("cannot read: {e}"),
+            });
+            return Vec::new();
+        }
+    };
+    if text.trim().is_empty() {
+        // Most likely caught halfway through a non-atomic write: refuse rather than
+        // silently drop every profile the file held.
+        errors.push(ConfigError {
+            file: file.to_path_buf(),
+            pos: Pos::default(),
+            message: "the file is empty; delete it to remove its profiles".into(),
+        });
+    }
+    parse_documents(file, &text, errors)
 }
 
 /// All documents of one file. The whole-file parse is fast; only when it fails is the file
