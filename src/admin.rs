@@ -3,7 +3,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
@@ -220,9 +219,4 @@ async fn reload(State(c): State<Shared>) -> Response {
         }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
-}
-
-/// Reload counters for tests and the metrics renderer.
-pub fn reload_counts(c: &Control) -> (u64, u64) {
-    (c.metrics.reloads.load(Ordering::Relaxed), c.metrics.reload_failures.load(Ordering::Relaxed))
 }

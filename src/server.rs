@@ -145,10 +145,6 @@ impl Server {
         self.control.reload("request")
     }
 
-    pub fn cancel_token(&self) -> CancellationToken {
-        self.cancel.clone()
-    }
-
     /// Stops every listener and probe and waits for them.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();

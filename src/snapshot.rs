@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::dns::name::{WireName, suffix_offset};
+use crate::dns::name::WireName;
 use crate::health::HealthTable;
 use crate::location::World;
 use crate::metrics::QueryCounters;
@@ -88,10 +88,5 @@ impl Snapshot {
 
     pub fn endpoint_count(&self) -> usize {
         self.profiles.iter().map(|p| p.endpoints.len()).sum()
-    }
-
-    /// Offset of `zone`'s origin inside `qname`, if `qname` is within it.
-    pub fn origin_offset(zone: &Zone, qname: &[u8]) -> Option<usize> {
-        suffix_offset(qname, zone.origin.as_bytes())
     }
 }

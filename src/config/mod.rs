@@ -16,7 +16,7 @@ mod zones;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -205,9 +205,4 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
         }
     }
     h.finish()
-}
-
-/// The default configuration path (`./steerdns.yaml`).
-pub fn default_path() -> PathBuf {
-    PathBuf::from("steerdns.yaml")
 }
