@@ -74,8 +74,21 @@ impl Server {
     }
 
     async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
+        let mut skipped = None;
         for &addr in &listen.dns {
-            self.listen(addr)?;
+            match self.listen(addr) {
+                // A host without that address (e.g. no IPv6 loopback in a container) should
+                // not stop the other listeners; any other failure (port in use, permission)
+                // is fatal.
+                Err(ServerError::Bind { addr, source }) if unavailable(&source) => {
+                    tracing::warn!(%addr, error = %source, "address not available on this host; not listening on it");
+                    skipped = Some(ServerError::Bind { addr, source });
+                }
+                other => other?,
+            }
+        }
+        if let (true, Some(e)) = (self.dns_addrs.is_empty(), skipped) {
+            return Err(e);
         }
         if let Some(addr) = listen.admin {
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
@@ -155,6 +168,11 @@ impl Server {
             tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
                 .await;
     }
+}
+
+fn unavailable(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::AddrNotAvailable
+        || matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL))
 }
 
 /// `steerdns serve`: runs until SIGTERM or SIGINT; SIGHUP reloads. The handlers are

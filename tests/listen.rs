@@ -1,0 +1,53 @@
+//! Listener addresses: IPv4 and IPv6 listeners serve, an address this host does not have is
+//! skipped with a warning when another listener is up, and is an error when it is the only one.
+
+use std::path::Path;
+
+use steerdns::server::{Server, ServerError};
+
+fn config(dir: &Path, listen: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(
+        dir.join("steerdns.yaml"),
+        format!(
+            "listen:\n  dns: [{listen}]\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: {{ rname: h.example.test. }}\n"
+        ),
+    )
+    .unwrap();
+    dir.join("steerdns.yaml")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv4_and_ipv6_listeners_and_unavailable_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    // 192.0.2.1 (TEST-NET-1) is not an address of this host.
+    let path = config(dir.path(), "\"127.0.0.1:0\", \"[::1]:0\", \"192.0.2.1:0\"");
+    let server = Server::start(&path).await.expect("the unavailable address is skipped");
+    let families: Vec<bool> = server.dns_addrs().iter().map(|a| a.is_ipv6()).collect();
+    assert!(families.contains(&false), "{:?}", server.dns_addrs());
+    // IPv6 loopback may be missing in some containers; when present it serves.
+    for addr in server.dns_addrs() {
+        let sock =
+            std::net::UdpSocket::bind(if addr.is_ipv6() { "[::1]:0" } else { "127.0.0.1:0" })
+                .unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        // A bare SOA query for the apex.
+        let mut q = vec![0xab, 0xcd, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        q.extend_from_slice(b"\x02tm\x07example\x04test\x00\x00\x06\x00\x01");
+        sock.send_to(&q, addr).unwrap();
+        let mut buf = [0u8; 512];
+        let (n, _) = sock.recv_from(&mut buf).expect("an answer");
+        assert!(n > 12 && buf[0..2] == [0xab, 0xcd] && buf[3] & 0x0f == 0, "{addr}");
+    }
+    server.shutdown().await;
+
+    let only = config(dir.path(), "\"192.0.2.1:0\"");
+    match Server::start(&only).await {
+        Err(ServerError::Bind { addr, .. }) => assert_eq!(addr.to_string(), "192.0.2.1:0"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(s) => {
+            s.shutdown().await;
+            panic!("a server with no usable listener must not start");
+        }
+    }
+}
