@@ -533,6 +533,54 @@ server_test! {
 }
 
 server_test! {
+    async fn explain_location_methods_with_the_shipped_profiles() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let read = |f: &str| std::fs::read_to_string(repo.join("profiles").join(f)).unwrap();
+        let texts: Vec<(&str, String)> = ["subnet.yaml", "performance.yaml", "groups.yaml", "zone.yaml"]
+            .into_iter()
+            .map(|f| (f, read(f)))
+            .collect();
+        let mut profiles: Vec<(&str, &str)> = DEFAULT_PROFILES.to_vec();
+        profiles.extend(texts.iter().map(|(f, t)| (*f, t.as_str())));
+        write_config(dir.path(), &profiles);
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        for f in ["sample-city.mmdb", "latency.yaml"] {
+            std::fs::copy(repo.join("geo-data").join(f), dir.path().join("data").join(f)).unwrap();
+        }
+        let yaml = format!(
+            "{}geo:\n  database: data/sample-city.mmdb\nlatency:\n  table: data/latency.yaml\n\
+             topology:\n  zones:\n    zone-a: [\"10.1.0.0/16\"]\n    zone-b: [\"10.2.0.0/16\"]\n",
+            with_admin(&steerdns_yaml(), None)
+        );
+        std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+        let h = Harness::in_dir(dir).await;
+        let a = h.admin();
+        // Deterministic answers (per the comments in the shipped profiles), checked on the wire too.
+        for (name, client, want, trace) in [
+            ("office", "198.51.100.15", "192.0.2.72", "range of vpn"),
+            ("office", "203.0.113.9", "203.0.113.71", "fallback endpoint internet"),
+            ("fast", "198.51.100.130", "198.51.100.82", "region cn-shanghai"),
+            ("fast", "192.0.2.10", "192.0.2.81", "region eu-west"),
+        ] {
+            let v = explain(a, None, name, "A", client).await;
+            assert_eq!(answer_addrs(&v), [want], "{name} {client}: {v}");
+            assert!(trace_has(&v, trace), "{name} {client}: {v}");
+            let r = h.udp(&Q::new(&fq(name), T_A).ecs(ip(client), 32)).await;
+            assert_eq!(r.single(), format!("A {want}"), "{name} {client} on the wire");
+        }
+        let v = explain(a, None, "accel", "A", "198.51.100.7").await;
+        assert!(trace_has(&v, "shares: beijing 62.5%, shanghai 37.5%"), "{v}");
+        let got = answer_addrs(&v);
+        assert!(["198.51.100.91", "198.51.100.92", "198.51.100.93"].contains(&got[0].as_str()), "{v}");
+        let v = explain(a, None, "svc", "A", "10.1.2.3").await;
+        assert!(trace_has(&v, "client zone zone-a"), "{v}");
+        assert!(["192.0.2.101", "192.0.2.102"].contains(&answer_addrs(&v)[0].as_str()), "{v}");
+        h.stop().await;
+    }
+}
+
+server_test! {
     async fn explain_bad_requests_are_400_with_a_json_error() {
         let h = Harness::with_admin(DEFAULT_PROFILES, Some(TOKEN)).await;
         let a = h.admin();
