@@ -43,6 +43,7 @@ impl Server {
     /// the file watcher. Must run inside a tokio runtime.
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
         let snap = config::load(config_path, None)?;
+        crate::control::release_free_memory();
         let listen = snap.listen.clone();
         let control = Arc::new(Control::new(config_path.to_path_buf(), snap));
         let cancel = CancellationToken::new();
