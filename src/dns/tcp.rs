@@ -8,7 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -79,23 +79,32 @@ pub async fn serve(
 }
 
 async fn connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<ArcSwap<Snapshot>>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
-    let mut rng = SmallRng::from_os_rng();
+    let (rd, wr) = stream.into_split();
+    // Buffered both ways: pipelined queries are read with one system call and their answers
+    // leave together when no more input is waiting.
+    let mut reader = BufReader::with_capacity(16 * 1024, rd);
+    let mut writer = BufWriter::with_capacity(16 * 1024, wr);
+    let mut rng = SmallRng::from_rng(&mut rand::rng());
     let mut query = Vec::with_capacity(512);
     let mut out = Vec::with_capacity(4096);
     loop {
-        let len = match tokio::time::timeout(IDLE, stream.read_u16()).await {
-            Ok(Ok(len)) => usize::from(len),
-            Ok(Err(_)) | Err(_) => return Ok(()),
+        if reader.buffer().is_empty() {
+            writer.flush().await?;
+        }
+        let ready = reader.buffer().len() >= 2;
+        let Some(len) = idle_or(ready, reader.read_u16()).await? else {
+            return Ok(());
         };
-        query.resize(len, 0);
-        tokio::time::timeout(IDLE, stream.read_exact(&mut query))
-            .await
-            .map_err(|_| std::io::ErrorKind::TimedOut)??;
+        query.resize(usize::from(len), 0);
+        let ready = reader.buffer().len() >= query.len();
+        if idle_or(ready, reader.read_exact(&mut query)).await?.is_none() {
+            return Ok(());
+        }
         let answered = {
             let snap = shared.load();
             let outcome = respond(
@@ -110,11 +119,28 @@ async fn connection(
             outcome.map(|o| snap.counters.record(&o)).is_some()
         };
         if !answered {
+            writer.flush().await?;
             return Ok(());
         }
-        let mut framed = Vec::with_capacity(out.len() + 2);
-        framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
-        framed.extend_from_slice(&out);
-        stream.write_all(&framed).await?;
+        writer.write_all(&(out.len() as u16).to_be_bytes()).await?;
+        writer.write_all(&out).await?;
+    }
+}
+
+/// Runs a read: directly when its bytes are already buffered (`ready`), else under the idle
+/// timeout, so a timer is armed only when the read may wait. `None`: the peer closed the
+/// connection or stayed silent too long.
+async fn idle_or<T>(
+    ready: bool,
+    read: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<Option<T>> {
+    if ready {
+        return read.await.map(Some);
+    }
+    match tokio::time::timeout(IDLE, read).await {
+        Ok(Ok(v)) => Ok(Some(v)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(None),
     }
 }
