@@ -145,18 +145,14 @@ fn trace_routing(
     }
     let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
     ctx.trace = Some(trace);
-    let c = ecs_client(client);
+    // The client as the responder will see it: a full-length ECS address.
+    let c = Client::from_addr(client);
     routing::route(
         ctx,
         pid,
         routing::Query { want, client: &c },
         &mut SmallRng::seed_from_u64(seed),
     );
-}
-
-/// The client as the responder will see it: a full-length ECS address.
-fn ecs_client(client: IpAddr) -> Client {
-    Client::from_addr(client)
 }
 
 fn query_bytes(name: &Name, qtype: RecordType, client: IpAddr) -> Vec<u8> {

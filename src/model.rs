@@ -113,6 +113,19 @@ pub enum Target {
     Nested(Nested),
 }
 
+impl Target {
+    /// What an address or host-name target answers (nothing for a nested one: that is the
+    /// child profile's, computed through it).
+    pub fn leaf_families(&self) -> Families {
+        match self {
+            Target::V4(_) => Families { v4: true, ..Families::default() },
+            Target::V6(_) => Families { v6: true, ..Families::default() },
+            Target::Host(_) => Families { host: true, ..Families::default() },
+            Target::Nested(_) => Families::default(),
+        }
+    }
+}
+
 /// The parent-side settings of a nested endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nested {
@@ -195,10 +208,8 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn families(&self, profiles: &[Profile]) -> Families {
         match &self.target {
-            Target::V4(_) => Families { v4: true, ..Families::default() },
-            Target::V6(_) => Families { v6: true, ..Families::default() },
-            Target::Host(_) => Families { host: true, ..Families::default() },
             Target::Nested(n) => profiles[n.child].families,
+            leaf => leaf.leaf_families(),
         }
     }
 

@@ -2,28 +2,17 @@
 //! the bearer token, `/metrics` parsed as Prometheus text, `/api/v1/profiles`,
 //! `/api/v1/explain` (one case per routing method family), reload, errors.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use common::*;
 use serde_json::Value;
 
-macro_rules! server_test {
-    ($(#[$m:meta])* async fn $name:ident() $body:block) => {
-        $(#[$m])*
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() $body
-    };
-}
-
 const TOKEN: &str = "s3cret-t0ken-for-tests";
 const WWW: &str = "www.tm.example.test.";
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 /// Every call that needs the token: (method, path).
 const GUARDED: &[(&str, &str)] = &[

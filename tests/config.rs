@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 use steerdns::config;
 
 const SERVER: &str = r#"listen:
@@ -30,14 +32,7 @@ fn errors_of(server: &str, profile: &str) -> Vec<String> {
     let path = setup(dir.path(), server, &[("p.yaml", profile)]);
     match config::load(&path, None) {
         Ok(_) => vec![],
-        Err(e) => {
-            e.0.iter()
-                .map(|e| {
-                    let file = e.file.file_name().unwrap().to_string_lossy().to_string();
-                    format!("{file}:{}:{}: {}", e.pos.line, e.pos.col, e.message)
-                })
-                .collect()
-        }
+        Err(e) => common::located(&e),
     }
 }
 

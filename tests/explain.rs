@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,10 +16,6 @@ use steerdns::geo::GeoDb;
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 /// What one run of the binary gave.

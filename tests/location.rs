@@ -9,25 +9,14 @@
 //!
 //! The validation errors of these methods are checked at the end, with FILE:LINE:COL.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::path::Path;
 
 use common::*;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-macro_rules! server_test {
-    ($(#[$m:meta])* async fn $name:ident() $body:block) => {
-        $(#[$m])*
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() $body
-    };
-}
 
 /// Queries per distribution. Shares are checked within `TOLERANCE`; at 6000 queries a 50%
 /// share has a standard deviation of 0.65 points, so ±3 points is more than 4.5 of them.
@@ -731,14 +720,7 @@ fn errors_of(profile: &str) -> Vec<String> {
     write_location_config(dir.path(), &[("p.yaml".into(), profile.into())]);
     match steerdns::config::load(&dir.path().join("steerdns.yaml"), None) {
         Ok(_) => vec![],
-        Err(e) => {
-            e.0.iter()
-                .map(|e| {
-                    let file = e.file.file_name().unwrap().to_string_lossy().to_string();
-                    format!("{file}:{}:{}: {}", e.pos.line, e.pos.col, e.message)
-                })
-                .collect()
-        }
+        Err(e) => located(&e),
     }
 }
 

@@ -7,6 +7,7 @@
 //! Measurements (time for a change to show up, retries, reload times) are printed with a
 //! `MEASURE` prefix: run with `--nocapture` to see them.
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -19,14 +20,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hickory_proto::rr::RData;
-
-macro_rules! server_test {
-    ($(#[$m:meta])* async fn $name:ident() $body:block) => {
-        $(#[$m])*
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() $body
-    };
-}
 
 /// The requirement: a file change shows up on the wire within this long.
 const RELOAD_DEADLINE: Duration = Duration::from_secs(2);

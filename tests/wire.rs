@@ -1,6 +1,7 @@
 //! Answers on the wire (contract §4) and routing as seen on the wire (contract §5): each test
 //! starts a real server on 127.0.0.1 and checks real UDP/TCP responses.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -10,18 +11,6 @@ use common::*;
 use hickory_proto::rr::RData;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-macro_rules! server_test {
-    ($(#[$m:meta])* async fn $name:ident() $body:block) => {
-        $(#[$m])*
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() $body
-    };
-}
 
 // ---------------------------------------------------------------------------------------
 // Header flags, REFUSED

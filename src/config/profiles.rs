@@ -530,11 +530,8 @@ fn families_of(profiles: &[Profile], id: usize, memo: &mut [Option<Families>]) -
     let mut f = Families::default();
     for ep in profiles[id].endpoints.iter().filter(|e| e.enabled) {
         f = f.union(match &ep.target {
-            Target::V4(_) => Families { v4: true, ..Families::default() },
-            Target::V6(_) => Families { v6: true, ..Families::default() },
-            Target::Host(_) => Families { host: true, ..Families::default() },
             Target::Nested(n) if n.child < profiles.len() => families_of(profiles, n.child, memo),
-            Target::Nested(_) => Families::default(),
+            leaf => leaf.leaf_families(),
         });
     }
     memo[id] = Some(f);

@@ -1,12 +1,12 @@
 //! Builds `Zone`s from `zones:` entries: SOA, NS, inline static records and the optional
 //! RFC 1035 master file (parsed with hickory-proto's zone-file parser).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::rr::{Name, RecordSet, RecordType, RrKey};
 use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
-use hickory_proto::serialize::txt::Parser;
+use hickory_proto::serialize::txt::{ParseResult, Parser};
 
 use super::check::int_or;
 use super::error::{Pos, Sink};
@@ -38,7 +38,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone>
             sink,
             &mut nodes,
             &origin,
-            Parser::new(text, None, Some(origin_name.clone())),
+            Parser::new(text, None, Some(origin_name.clone())).parse(),
             Pos::of(rec),
         );
     }
@@ -106,16 +106,13 @@ fn zone_file(
         )
         .parse()
     };
-    if let Err(e) = parse(text) {
-        let line = failing_line(text, |prefix| parse(prefix).is_ok());
-        return file_sink.at(Pos { line, col: 1 }, format!("invalid record: {e}"));
+    match parse(text) {
+        Ok(parsed) => add_records(&mut file_sink, nodes, origin, Ok(parsed), Pos::default()),
+        Err(e) => {
+            let line = failing_line(text, |prefix| parse(prefix).is_ok());
+            file_sink.at(Pos { line, col: 1 }, format!("invalid record: {e}"));
+        }
     }
-    let parser = Parser::new(
-        format!("$TTL {ttl}\n{text}"),
-        Some(path.to_path_buf()),
-        Some(origin_name.clone()),
-    );
-    add_records(&mut file_sink, nodes, origin, parser, Pos { line: 0, col: 0 });
 }
 
 /// hickory's parser does not say where it failed: find the first entry (a line, or lines
@@ -145,10 +142,10 @@ fn add_records(
     sink: &mut Sink<'_>,
     nodes: &mut HashMap<WireName, Node>,
     origin: &WireName,
-    parser: Parser<'_>,
+    parsed: ParseResult<(Name, BTreeMap<RrKey, RecordSet>)>,
     at: Pos,
 ) {
-    let sets = match parser.parse() {
+    let sets = match parsed {
         Ok((_, sets)) => sets,
         Err(e) => return sink.at(at, format!("invalid record: {e}")),
     };

@@ -7,7 +7,7 @@
 //! small raw walker (`Wire`) for the things a decoder would normalise away (name case, OPT
 //! bytes, extended RCODE, exact ECS bytes).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
@@ -1259,4 +1259,29 @@ pub async fn scrape(addr: SocketAddr, token: Option<&str>) -> Prom {
     assert_eq!(r.status, 200, "GET /metrics: {r:?}");
     let text = r.text();
     Prom::parse(&text).unwrap_or_else(|e| panic!("/metrics does not parse: {e}\n{text}"))
+}
+
+/// An async test on a two-worker runtime, as every server test needs.
+macro_rules! server_test {
+    ($(#[$m:meta])* async fn $name:ident() $body:block) => {
+        $(#[$m])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() $body
+    };
+}
+
+pub fn ip(s: &str) -> std::net::IpAddr {
+    s.parse().unwrap()
+}
+
+/// Configuration errors as "FILE-NAME:LINE:COL: message".
+pub fn located(errors: &steerdns::config::ConfigErrors) -> Vec<String> {
+    errors
+        .0
+        .iter()
+        .map(|e| {
+            let file = e.file.file_name().unwrap().to_string_lossy().to_string();
+            format!("{file}:{}:{}: {}", e.pos.line, e.pos.col, e.message)
+        })
+        .collect()
 }
