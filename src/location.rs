@@ -7,7 +7,7 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::geo::{GeoDb, LatencyTable, Location, Metric, Regions, RowMatch};
+use crate::geo::{GeoDb, LatencyTable, Location, Metric, Place, Regions, RowMatch};
 use crate::netrange::RangeMap;
 
 /// The location data of one configuration.
@@ -44,6 +44,12 @@ impl World {
             None => Located { location: None, prefix: 0 },
         }
     }
+
+    /// The country and subdivision of `addr` and the widest block around it at that place
+    /// (0 bits without a database).
+    pub fn place(&self, addr: IpAddr) -> (Option<Place>, u8) {
+        self.db.as_ref().map_or((None, 0), |db| db.place(addr))
+    }
 }
 
 /// A client's location and how many address bits decided it.
@@ -60,11 +66,12 @@ pub struct Client {
     pub addr: IpAddr,
     pub prefix: u8,
     located: OnceCell<Located>,
+    place: OnceCell<(Option<Place>, u8)>,
 }
 
 impl Client {
     pub fn new(addr: IpAddr, prefix: u8) -> Client {
-        Client { addr, prefix, located: OnceCell::new() }
+        Client { addr, prefix, located: OnceCell::new(), place: OnceCell::new() }
     }
 
     /// A full-length client address (no ECS).
@@ -77,6 +84,7 @@ impl Client {
     pub fn at(addr: IpAddr, located: Located) -> Client {
         let c = Client::from_addr(addr);
         let _ = c.located.set(located);
+        let _ = c.place.set((located.location.map(|l| l.place()), located.prefix));
         c
     }
 
@@ -86,6 +94,13 @@ impl Client {
         let mut l = *self.located.get_or_init(|| world.locate(self.addr));
         l.prefix = l.prefix.min(self.prefix);
         l
+    }
+
+    /// The client's country and subdivision, looked up on first use, and how many address
+    /// bits decided them (never more than the client told us).
+    pub fn place(&self, world: &World) -> (Option<Place>, u8) {
+        let (place, len) = *self.place.get_or_init(|| world.place(self.addr));
+        (place, len.min(self.prefix))
     }
 }
 

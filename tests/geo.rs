@@ -237,6 +237,58 @@ fn misses_report_the_empty_networks_prefix() {
 }
 
 #[test]
+fn records_are_decoded_at_open_and_shared_while_the_file_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build_sample(dir.path());
+    let a = GeoDb::open(&path).unwrap();
+    let b = GeoDb::open(&path).unwrap();
+    assert!(a.shares_records_with(&b), "a reload of an unchanged file must not decode it again");
+    // 18 networks, some sharing a record (the two NSW rows): every one is in the table.
+    assert!((2..=18).contains(&a.record_count()), "{} records", a.record_count());
+
+    // Replaced by rename, as `geo build` and geoipupdate do: a new file, new records.
+    let csv = dir.path().join("moved.csv");
+    std::fs::write(
+        &csv,
+        "network,continent,country,subdivision,latitude,longitude\n192.0.2.0/24,AS,JP,,,\n",
+    )
+    .unwrap();
+    let tmp = dir.path().join("new.mmdb");
+    geo::build(&csv, &tmp).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let c = GeoDb::open(&path).unwrap();
+    assert!(!c.shares_records_with(&a));
+    assert_eq!(c.record_count(), 1);
+    assert_eq!(c.lookup(ip("192.0.2.1")).and_then(|l| l.country), code("JP"));
+    // The configuration still holding the old file keeps answering from it.
+    assert_eq!(a.lookup(ip("192.0.2.1")).and_then(|l| l.country), code("FR"));
+}
+
+#[test]
+fn places_agree_with_full_lookups_and_merge_to_wider_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = GeoDb::open(&build_sample(dir.path())).unwrap();
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    for base in ["192.0.2", "198.51.100", "203.0.113", "100.64.6", "192.0.3"] {
+        addrs.extend((0..=255).step_by(3).map(|h| ip(&format!("{base}.{h}"))));
+    }
+    for g in 0..8u16 {
+        addrs.extend([ip(&format!("2001:db8:{g:x}::1")), ip(&format!("2001:db8:{g:x}:ffff::9"))]);
+    }
+    for addr in addrs {
+        let (full, full_len) = db.lookup_scoped(addr);
+        let (place, len) = db.place(addr);
+        assert_eq!(place, full.map(|l| l.place()), "{addr}");
+        assert!(len <= full_len, "{addr}: place block /{len} inside the network /{full_len}");
+    }
+    // The two Sydney rows (203.0.113.0/25 and .128/26) are one place but not siblings;
+    // 192.0.2.0/25 (FR) and .128/25 (US) differ: both keep their own block.
+    assert_eq!(db.place(ip("192.0.2.1")).1, 25);
+    let (places, _) = db.place_size();
+    assert!((2..=18).contains(&places), "{places} places");
+}
+
+#[test]
 fn ipv4_lives_in_the_ipv6_trees_96_subtree() {
     let dir = tempfile::tempdir().unwrap();
     let path = build_sample(dir.path());

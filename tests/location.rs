@@ -165,6 +165,10 @@ server_test! {
             (NOWHERE, 32, "world", (0, 32)),       // no location: only WORLD matches
             ("192.0.2.0", 24, "fr", (24, 24)),     // the /25 network, capped at the source /24
             ("192.0.2.128", 25, "usca", (25, 25)),
+            // Frankfurt and Berlin /24s are siblings, both DE: the answer holds for the /23.
+            ("100.64.41.77", 32, "eu", (23, 23)),
+            ("100.64.40.0", 24, "eu", (23, 23)),
+            ("100.64.40.0", 22, "eu", (22, 22)),
         ];
         let mut failures = Vec::new();
         for (i, (client, source, want, (lo, hi))) in cases.iter().enumerate() {

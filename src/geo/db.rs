@@ -2,25 +2,28 @@
 //! `steerdns geo build`) memory-mapped and asked, per query, where a client address is.
 //!
 //! Only the fields routing needs are decoded — continent code, country (falling back to the
-//! registered country), the first subdivision, coordinates — into borrowed strings that are
-//! copied into inline `Code`s, so a lookup never allocates and skips the bulky `names` maps.
-//! The matched network's prefix length is reported in the client's own address family: it is
-//! the ECS scope of any decision taken from the location.
+//! registered country), the first subdivision, coordinates — into inline `Code`s, skipping the
+//! bulky `names` maps. The matched network's prefix length is reported in the client's own
+//! address family: it is the ECS scope of any decision taken from the location.
 //!
-//! Many networks share one record, and decoding a full GeoIP2-City record costs several times
-//! the tree walk, so decoded records are kept in a small per-thread cache keyed by database
-//! and record offset (the mapped file never changes, so an entry never goes stale).
+//! Decoding a GeoIP2-City record costs several times the tree walk, and a random client
+//! population touches far more records than any small cache holds, so every record the tree
+//! points at is decoded once when the file is opened: a query walks the mapped tree and
+//! reads the decoded location from a table by data offset. That work is shared by every
+//! configuration that opens the same unchanged file, so a reload does not repeat it.
 
-use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::SystemTime;
 
-use maxminddb::{MaxMindDbError, Mmap, Reader};
+use maxminddb::{LookupResult, MaxMindDbError, Mmap, Reader, WithinOptions};
 use serde::Deserialize;
 
 use super::Code;
+use super::places::{Place, Places, PlacesBuilder};
 
 /// Where a client address is, as far as the database knows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -39,6 +42,11 @@ pub struct Location {
 }
 
 impl Location {
+    /// What geographic routing looks at.
+    pub fn place(&self) -> Place {
+        Place { country: self.country, subdivision: self.subdivision }
+    }
+
     /// Latitude and longitude when the database has both.
     pub fn coords(&self) -> Option<(f64, f64)> {
         self.lat.zip(self.lon)
@@ -82,30 +90,43 @@ impl fmt::Display for DbInfo {
     }
 }
 
-/// An open, memory-mapped geo database. `Send + Sync`; share it behind an `Arc`.
+/// An open, memory-mapped geo database. `Send + Sync`; cheap to clone.
+#[derive(Clone)]
 pub struct GeoDb {
+    inner: Arc<Opened>,
+}
+
+/// One opened file and its decoded records, shared by every `GeoDb` of that file.
+struct Opened {
     reader: Reader<Mmap>,
     path: PathBuf,
-    /// Process-unique, so cache entries of a replaced database never answer for a new one.
-    id: u64,
+    /// Data offset → location (`None`: the record does not decode, treated as no data).
+    records: HashMap<usize, Option<Location>, foldhash::fast::RandomState>,
+    /// The same networks reduced to country and subdivision, merged.
+    places: Places,
 }
 
-/// Source of `GeoDb::id`.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Slots of the per-thread record cache (a power of two); about 80 KiB a thread.
-const CACHE_SLOTS: usize = 1024;
-
-/// One cached record: (database id, data offset) → decoded location (prefix_len unset).
-type Slot = (u64, usize, Option<Location>);
-
-thread_local! {
-    static CACHE: RefCell<Vec<Slot>> = RefCell::new(vec![(0, 0, None); CACHE_SLOTS]);
+/// What identifies an unchanged file: a file replaced by rename (the documented way to
+/// update one) gets a new inode, one rewritten in place a new mtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileKey {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: Option<SystemTime>,
 }
+
+/// Files open in some live configuration. Only `GeoDb::open` (config loading) takes this
+/// lock; queries never do.
+static OPEN: Mutex<Vec<(FileKey, Weak<Opened>)>> = Mutex::new(Vec::new());
 
 impl fmt::Debug for GeoDb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GeoDb").field("path", &self.path).field("info", &self.metadata()).finish()
+        f.debug_struct("GeoDb")
+            .field("path", &self.inner.path)
+            .field("info", &self.metadata())
+            .finish()
     }
 }
 
@@ -166,27 +187,54 @@ impl<'de: 'a, 'a> Deserialize<'de> for FirstSubdivision<'a> {
 }
 
 impl GeoDb {
-    /// Opens and memory-maps the database at `path`.
+    /// Opens and memory-maps the database at `path` and decodes its records, or shares
+    /// the copy a live configuration already opened when the file has not changed since.
     ///
     /// The file must not be modified in place while open (a mapped page changing under a
     /// lookup is undefined behaviour): replace it by writing a new file and renaming it over
     /// the old one, as `geo build` and MaxMind's `geoipupdate` do, then reload.
     pub fn open(path: &Path) -> Result<GeoDb, GeoError> {
         let err = |source| GeoError::Open { path: path.to_path_buf(), source };
-        // SAFETY: see above — steerdns never writes a database it has open, and the
-        // documented way to update one is an atomic rename, which leaves this mapping intact.
-        let reader = unsafe { Reader::open_mmap(path) }.map_err(err)?;
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Ok(GeoDb { reader, path: path.to_path_buf(), id })
+        let key = file_key(path).map_err(|e| err(MaxMindDbError::Io(e)))?;
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(inner) = open.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            return Ok(GeoDb { inner });
+        }
+        let inner = Arc::new(Opened::new(path).map_err(err)?);
+        open.push((key, Arc::downgrade(&inner)));
+        Ok(GeoDb { inner })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
+    }
+
+    /// How many distinct records the tree points at.
+    pub fn record_count(&self) -> usize {
+        self.inner.records.len()
+    }
+
+    /// The country and subdivision of `ip` and the length of the widest block around it
+    /// at the same place (both in `ip`'s family): what geographic routing needs, cheaper
+    /// than `lookup_scoped` and with the scope a resolver may cache the answer for.
+    pub fn place(&self, ip: IpAddr) -> (Option<Place>, u8) {
+        self.inner.places.lookup(ip)
+    }
+
+    /// Distinct places and the merged trie's node count.
+    pub fn place_size(&self) -> (usize, usize) {
+        self.inner.places.size()
+    }
+
+    /// Whether both were opened from the same unchanged file (and share its records).
+    pub fn shares_records_with(&self, other: &GeoDb) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The database's metadata, for logs.
     pub fn metadata(&self) -> DbInfo {
-        let m = self.reader.metadata();
+        let m = self.inner.reader.metadata();
         DbInfo {
             database_type: m.database_type.clone(),
             build_epoch: m.build_epoch,
@@ -207,40 +255,55 @@ impl GeoDb {
     pub fn lookup_scoped(&self, ip: IpAddr) -> (Option<Location>, u8) {
         // An IPv4-mapped IPv6 address is an IPv4 client (dual-stack sockets report them so).
         let ip = ip.to_canonical();
-        let Ok(result) = self.reader.lookup(ip) else {
+        let Ok(result) = self.inner.reader.lookup(ip) else {
             return (None, 0);
         };
         let prefix_len = family_prefix(ip, result.network().map(|n| (n.is_ipv4(), n.prefix())));
         let Some(offset) = result.offset() else {
             return (None, prefix_len);
         };
-        let location = self.record_at(offset, || match result.decode::<Record<'_>>() {
-            Ok(Some(r)) => Some(to_location(&r)),
-            // A record that fails to decode is treated as no data: one corrupt entry must
-            // not fail the query.
-            _ => None,
-        });
+        // Every offset the tree holds was decoded at open; decoding here is only a fallback.
+        let location = match self.inner.records.get(&offset) {
+            Some(l) => *l,
+            None => decode(&result),
+        };
         (location.map(|l| Location { prefix_len, ..l }), prefix_len)
     }
+}
 
-    /// The decoded record at `offset`, from this thread's cache or from `decode`.
-    fn record_at(
-        &self,
-        offset: usize,
-        decode: impl FnOnce() -> Option<Location>,
-    ) -> Option<Location> {
-        // Fibonacci hashing spreads the (aligned, clustered) offsets over the slots.
-        let slot = (offset as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            >> (64 - CACHE_SLOTS.trailing_zeros());
-        CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            let entry = &mut c[slot as usize];
-            if entry.0 != self.id || entry.1 != offset {
-                *entry = (self.id, offset, decode());
-            }
-            entry.2
-        })
+impl Opened {
+    fn new(path: &Path) -> Result<Opened, MaxMindDbError> {
+        // SAFETY: see `GeoDb::open` — steerdns never writes a database it has open, and the
+        // documented way to update one is an atomic rename, which leaves this mapping intact.
+        let reader = unsafe { Reader::open_mmap(path) }?;
+        let mut records = HashMap::default();
+        let mut places = PlacesBuilder::default();
+        for found in reader.networks(WithinOptions::default())? {
+            let found = found?;
+            let Some(offset) = found.offset() else { continue };
+            let location = *records.entry(offset).or_insert_with(|| decode(&found));
+            let net = found.network()?;
+            places.insert(net.ip(), net.prefix(), location.map(|l| l.place()));
+        }
+        let places = places.finish();
+        Ok(Opened { reader, path: path.to_path_buf(), records, places })
     }
+}
+
+/// The routing fields of the record a lookup found. A record that fails to decode is treated
+/// as no data: one corrupt entry must not fail a query.
+fn decode(result: &LookupResult<'_, Mmap>) -> Option<Location> {
+    match result.decode::<Record<'_>>() {
+        Ok(Some(r)) => Some(to_location(&r)),
+        _ => None,
+    }
+}
+
+fn file_key(path: &Path) -> std::io::Result<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    let path = path.to_path_buf();
+    Ok(FileKey { path, dev: m.dev(), ino: m.ino(), len: m.len(), mtime: m.modified().ok() })
 }
 
 /// The matched network's length in `ip`'s family. maxminddb already converts IPv4 lookups in

@@ -131,8 +131,8 @@ pub struct LatencyTable {
     region_index: HashMap<String, usize>,
     rows: Vec<Row>,
     cidrs: PrefixMap,
-    /// Canonical hierarchy code → row.
-    by_code: HashMap<String, usize>,
+    /// Canonical hierarchy code → row (looked up per query: a fast hasher).
+    by_code: HashMap<String, usize, foldhash::fast::RandomState>,
     hierarchy: Arc<Regions>,
 }
 
@@ -190,7 +190,7 @@ impl LatencyTable {
             region_index,
             rows: Vec::new(),
             cidrs: PrefixMap::default(),
-            by_code: HashMap::new(),
+            by_code: HashMap::default(),
             hierarchy,
         };
         let mut cidrs = HashMap::new();

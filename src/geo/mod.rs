@@ -12,6 +12,7 @@
 pub mod build;
 pub mod db;
 pub mod latency;
+pub mod places;
 pub mod regions;
 
 use std::fmt;
@@ -19,6 +20,7 @@ use std::fmt;
 pub use build::{BuildError, BuildSummary, build};
 pub use db::{DbInfo, GeoDb, GeoError, Location};
 pub use latency::{LatencyTable, Metric, Region, Row, RowFrom, RowMatch, great_circle_km};
+pub use places::{Place, Places};
 pub use regions::{RegionKind, Regions};
 
 /// A short region code held inline (continent `EU`, country `FR`, subdivision `ENG`), so a

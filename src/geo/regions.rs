@@ -51,7 +51,7 @@ struct Entry {
 pub struct Regions {
     /// Index 0 is WORLD; groupings, countries and subdivisions follow in file order.
     entries: Vec<Entry>,
-    by_code: HashMap<String, usize>,
+    by_code: HashMap<String, usize, foldhash::fast::RandomState>,
 }
 
 #[derive(Deserialize)]
@@ -201,7 +201,7 @@ impl<'a> Builder<'a> {
             kind: RegionKind::World,
             parent: None,
         };
-        let by_code = HashMap::from([(WORLD.to_string(), 0)]);
+        let by_code = [(WORLD.to_string(), 0)].into_iter().collect();
         Builder { sink, regions: Regions { entries: vec![world], by_code } }
     }
 

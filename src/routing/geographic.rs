@@ -17,14 +17,13 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     fallback_on_degraded: bool,
     q: Query<'_>,
 ) -> Pick<'a> {
-    let located = q.client.located(ctx.world);
-    let loc = located.location;
-    let country = loc.and_then(|l| l.country);
-    let sub = loc.and_then(|l| l.subdivision);
-    ctx.note(|| describe_location(&located));
-    // The answer depends on the database network the client fell in, never on more bits
-    // than the client sent.
-    let scope = located.prefix;
+    // The answer depends only on the client's country and subdivision: its scope is the
+    // widest block at that place, never more bits than the client sent.
+    let (place, scope) = q.client.place(ctx.world);
+    let country = place.and_then(|p| p.country);
+    let sub = place.and_then(|p| p.subdivision);
+    ctx.note(|| describe_location(&q.client.located(ctx.world)));
+    ctx.note(|| format!("same place for the whole /{scope}"));
     for code in ctx
         .world
         .regions

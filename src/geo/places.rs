@@ -1,0 +1,239 @@
+//! The geo database compiled for geographic routing: a binary trie per address family whose
+//! leaves hold only what the region hierarchy looks at — the country and subdivision, a
+//! `Place` — with sibling networks of the same place merged.
+//!
+//! Geographic answers depend on the place alone, so a client needs no more address bits
+//! than the merged network's length: the lookup walks fewer, hotter nodes than the full
+//! database tree, touches no per-record data, and reports that shorter length as the ECS
+//! scope, which lets resolvers cache one answer for a whole country block (gdnsd compiles
+//! its maps the same way). The full record (coordinates, continent) stays in `GeoDb`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use super::Code;
+
+/// Where a network is, as far as geographic routing cares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Place {
+    pub country: Option<Code>,
+    pub subdivision: Option<Code>,
+}
+
+/// A child link: a node index, or `LEAF | place id`.
+const LEAF: u32 = 1 << 31;
+
+/// Place id 0: no data for the network.
+const NO_DATA: u32 = 0;
+
+/// One family's trie. `root` is a link like any child, so an empty database is one leaf.
+#[derive(Debug)]
+struct Trie {
+    root: u32,
+    nodes: Vec<[u32; 2]>,
+}
+
+/// Both families' tries and the places their leaves name.
+#[derive(Debug)]
+pub struct Places {
+    v4: Trie,
+    v6: Trie,
+    /// Index 0 is "no data" (never returned as a place).
+    places: Vec<Place>,
+}
+
+/// Collects networks into uncompressed tries; `finish` merges and compacts them.
+pub struct PlacesBuilder {
+    v4: Trie,
+    v6: Trie,
+    places: Vec<Place>,
+    ids: HashMap<Place, u32>,
+}
+
+impl Default for PlacesBuilder {
+    fn default() -> Self {
+        let empty = || Trie { root: LEAF | NO_DATA, nodes: Vec::new() };
+        PlacesBuilder {
+            v4: empty(),
+            v6: empty(),
+            places: vec![Place::default()],
+            ids: HashMap::new(),
+        }
+    }
+}
+
+impl PlacesBuilder {
+    /// Records that the network `addr/len` is at `place` (`None`: no data). Networks must
+    /// not overlap, as the leaves of a MaxMind tree never do.
+    pub fn insert(&mut self, addr: IpAddr, len: u8, place: Option<Place>) {
+        let id = match place {
+            None => NO_DATA,
+            Some(p) => *self.ids.entry(p).or_insert_with(|| {
+                self.places.push(p);
+                (self.places.len() - 1) as u32
+            }),
+        };
+        match addr {
+            IpAddr::V4(a) => self.v4.insert(u128::from(a.to_bits()) << 96, len.min(32), id),
+            IpAddr::V6(a) => self.v6.insert(a.to_bits(), len.min(128), id),
+        }
+    }
+
+    pub fn finish(self) -> Places {
+        Places { v4: self.v4.compact(), v6: self.v6.compact(), places: self.places }
+    }
+}
+
+impl Places {
+    /// The place of `ip` (`None`: no data) and how many leading bits decided it.
+    pub fn lookup(&self, ip: IpAddr) -> (Option<Place>, u8) {
+        let (id, len) = match ip.to_canonical() {
+            IpAddr::V4(a) => self.v4.lookup(u128::from(a.to_bits()) << 96),
+            IpAddr::V6(a) => self.v6.lookup(a.to_bits()),
+        };
+        let place = (id != NO_DATA).then(|| self.places[id as usize]);
+        (place, len)
+    }
+
+    /// Distinct places and trie nodes after merging, for logs and tests.
+    pub fn size(&self) -> (usize, usize) {
+        (self.places.len() - 1, self.v4.nodes.len() + self.v6.nodes.len())
+    }
+}
+
+impl Trie {
+    /// `bits` is the address left-aligned in 128 bits.
+    fn insert(&mut self, bits: u128, len: u8, id: u32) {
+        let mut at = None; // the root link
+        for depth in 0..len {
+            let mut link = self.get(at);
+            if link & LEAF != 0 {
+                // Split the leaf: both halves keep its place until overwritten below.
+                self.nodes.push([link, link]);
+                link = (self.nodes.len() - 1) as u32;
+                self.set(at, link);
+            }
+            at = Some((link as usize, ((bits >> (127 - depth)) & 1) as usize));
+        }
+        self.set(at, LEAF | id);
+    }
+
+    /// The link at `at`: `None` is the root, else (node, side).
+    fn get(&self, at: Option<(usize, usize)>) -> u32 {
+        at.map_or(self.root, |(n, side)| self.nodes[n][side])
+    }
+
+    fn set(&mut self, at: Option<(usize, usize)>, link: u32) {
+        match at {
+            None => self.root = link,
+            Some((n, side)) => self.nodes[n][side] = link,
+        }
+    }
+
+    fn lookup(&self, bits: u128) -> (u32, u8) {
+        let mut link = self.root;
+        let mut depth = 0u8;
+        while link & LEAF == 0 {
+            let bit = (bits >> (127 - depth)) & 1;
+            link = self.nodes[link as usize][bit as usize];
+            depth += 1;
+        }
+        (link & !LEAF, depth)
+    }
+
+    /// Merges siblings of one place bottom-up and drops unreachable nodes.
+    fn compact(self) -> Trie {
+        let mut nodes = Vec::new();
+        let root = self.rebuild(self.root, &mut nodes);
+        Trie { root, nodes }
+    }
+
+    fn rebuild(&self, link: u32, out: &mut Vec<[u32; 2]>) -> u32 {
+        if link & LEAF != 0 {
+            return link;
+        }
+        let [l, r] = self.nodes[link as usize];
+        let (l, r) = (self.rebuild(l, out), self.rebuild(r, out));
+        if l == r && l & LEAF != 0 {
+            return l;
+        }
+        out.push([l, r]);
+        (out.len() - 1) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(country: &str, sub: &str) -> Option<Place> {
+        Some(Place { country: Code::new(country), subdivision: Code::new(sub) })
+    }
+
+    fn net(s: &str) -> (IpAddr, u8) {
+        let n: ipnet::IpNet = s.parse().unwrap();
+        (n.addr(), n.prefix_len())
+    }
+
+    fn build(nets: &[(&str, Option<Place>)]) -> Places {
+        let mut b = PlacesBuilder::default();
+        for (n, p) in nets {
+            let (addr, len) = net(n);
+            b.insert(addr, len, *p);
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn lookups_find_the_merged_network() {
+        let fr = place("FR", "IDF");
+        let us = place("US", "CA");
+        let p = build(&[
+            ("10.0.0.0/9", fr),
+            ("10.128.0.0/10", fr),
+            ("10.192.0.0/10", fr),
+            ("192.0.2.0/25", fr),
+            ("192.0.2.128/25", us),
+            ("2001:db8::/33", us),
+            ("2001:db8:8000::/33", us),
+        ]);
+        let cases: &[(&str, Option<Place>, u8)] = &[
+            // Three FR networks covering 10/8 merge into 10/8.
+            ("10.1.2.3", fr, 8),
+            ("10.200.0.1", fr, 8),
+            ("192.0.2.1", fr, 25),
+            ("192.0.2.200", us, 25),
+            // An IPv4-mapped address is the IPv4 client.
+            ("::ffff:192.0.2.200", us, 25),
+            ("2001:db8:ffff::1", us, 32),
+            // Outside every network: the empty block around it.
+            ("11.0.0.1", None, 8),
+            ("192.0.3.1", None, 24),
+        ];
+        for (addr, want, len) in cases {
+            assert_eq!(p.lookup(addr.parse().unwrap()), (*want, *len), "{addr}");
+        }
+        assert_eq!(p.size().0, 2);
+    }
+
+    #[test]
+    fn an_empty_database_is_one_leaf_for_every_address() {
+        let p = build(&[]);
+        assert_eq!(p.lookup("192.0.2.1".parse().unwrap()), (None, 0));
+        assert_eq!(p.lookup("2001:db8::1".parse().unwrap()), (None, 0));
+        assert_eq!(p.size(), (0, 0));
+    }
+
+    #[test]
+    fn networks_without_data_merge_like_places() {
+        // Both /25 halves carry no data: the /24 is one "no data" block, not two.
+        let p = build(&[
+            ("192.0.2.0/25", None),
+            ("192.0.2.128/25", None),
+            ("198.51.100.0/24", place("DE", "")),
+        ]);
+        assert_eq!(p.lookup("192.0.2.1".parse().unwrap()).0, None);
+        assert_eq!(p.lookup("198.51.100.1".parse().unwrap()), (place("DE", ""), 24));
+        assert_eq!(p.lookup("198.51.101.1".parse().unwrap()), (None, 24));
+    }
+}
