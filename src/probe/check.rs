@@ -1,7 +1,8 @@
 //! One health check of one probe: an HTTP(S) GET or a TCP connect (contract §7).
 //!
-//! Everything that does not change between runs (URL, headers, the shared HTTP client) is
-//! prepared once per probe in `Check::new`; `Check::run` does the I/O. The hard overall
+//! Everything that does not change between runs (the request bytes, the TLS client and
+//! server name) is prepared once per probe in `Check::new`; `Check::run` does the I/O, over
+//! a fresh connection each time: accepting connections is part of being healthy. The hard overall
 //! timeout is not applied here but by the scheduler around `run`, so it covers resolution,
 //! connect, TLS, headers and body alike. Failures come back as a `Reason` whose text is what
 //! operators read in the logs and the admin API.
@@ -11,15 +12,17 @@ use std::fmt;
 use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
-use reqwest::header::{HOST, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Client, Url};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
+use super::http::{self, HttpError};
 use super::plan::{ProbeKey, ProbeTarget};
+pub use super::tls::Clients;
 use crate::model::Protocol;
 
 /// Only this much of a body is searched for `body_contains` (as Azure Traffic Manager).
@@ -102,61 +105,6 @@ impl fmt::Display for Reason {
     }
 }
 
-/// The HTTP clients every probe shares: one validating certificates, one not. Built on
-/// first use, so a configuration without https never loads the system's root store.
-#[derive(Default)]
-pub struct Clients {
-    verifying: OnceLock<Result<Client, String>>,
-    lenient: OnceLock<Result<Client, String>>,
-}
-
-impl Clients {
-    pub fn get(&self, tls_verify: bool) -> Result<Client, String> {
-        let cell = if tls_verify { &self.verifying } else { &self.lenient };
-        cell.get_or_init(|| build_client(tls_verify)).clone()
-    }
-}
-
-fn build_client(tls_verify: bool) -> Result<Client, String> {
-    // reqwest is built without a default crypto provider; an Err means one is installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        // A retried request would hide a failure and double the load on the backend.
-        .retry(reqwest::retry::never())
-        .no_proxy()
-        // A fresh connection per probe: accepting connections is part of being healthy,
-        // and a pooled connection to one address must never answer for another.
-        .pool_max_idle_per_host(0)
-        .danger_accept_invalid_certs(!tls_verify)
-        .dns_resolver(Arc::new(Pinned))
-        .user_agent(concat!("steerdns-probe/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {}", innermost(&e)))
-}
-
-tokio::task_local! {
-    /// The address an HTTP check of a host-name target must connect to. The URL keeps the
-    /// host name (for SNI, certificate checks and the default Host header) while each
-    /// resolved address is probed on its own.
-    static PINNED: SocketAddr;
-}
-
-/// reqwest's resolver for host-name URLs: the address pinned by the running check.
-struct Pinned;
-
-impl reqwest::dns::Resolve for Pinned {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let addr = PINNED.try_with(|a| *a);
-        let name = name.as_str().to_string();
-        Box::pin(async move {
-            // Never fall back to resolving here: that would probe an address nobody chose.
-            let addr = addr.map_err(|_| format!("no probe address pinned for {name}"))?;
-            Ok(Box::new(std::iter::once(addr)) as reqwest::dns::Addrs)
-        })
-    }
-}
-
 /// A prepared check of one probe.
 pub struct Check {
     target: ProbeTarget,
@@ -171,9 +119,11 @@ enum Kind {
 }
 
 struct Http {
-    client: Client,
-    url: Url,
-    headers: HeaderMap,
+    /// The whole request, rendered once.
+    request: Box<[u8]>,
+    /// For https: the shared TLS client and the name the certificate must match (the
+    /// host name, or the address for an address target).
+    tls: Option<(TlsConnector, ServerName<'static>)>,
     expected: Vec<(u16, u16)>,
     body_contains: Option<String>,
 }
@@ -210,10 +160,10 @@ impl Check {
     async fn one(&self, ip: IpAddr) -> Result<(), Reason> {
         let addr = SocketAddr::new(ip, self.port);
         match &self.kind {
-            Kind::Tcp => tcp(addr).await,
+            Kind::Tcp => connect(addr).await.map(drop),
             Kind::Http(h) => match h.as_ref() {
                 Err(e) => Err(Reason::Setup(e.clone())),
-                Ok(h) => PINNED.scope(addr, h.get()).await,
+                Ok(h) => h.get(addr).await,
             },
         }
     }
@@ -222,61 +172,65 @@ impl Check {
 impl Http {
     fn new(key: &ProbeKey, clients: &Clients) -> Result<Http, String> {
         let m = &key.monitor;
-        let scheme = if m.protocol == Protocol::Https { "https" } else { "http" };
-        let host = match &key.target {
-            ProbeTarget::Ip(IpAddr::V4(ip)) => ip.to_string(),
-            ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
-            ProbeTarget::Host(name) => host_text(name),
+        let https = m.protocol == Protocol::Https;
+        let tls = if https {
+            let name = match &key.target {
+                ProbeTarget::Ip(ip) => ServerName::IpAddress((*ip).into()),
+                ProbeTarget::Host(name) => ServerName::try_from(host_text(name))
+                    .map_err(|e| format!("invalid TLS server name: {e}"))?,
+            };
+            Some((clients.get(m.tls_verify)?, name))
+        } else {
+            None
         };
-        let url = format!("{scheme}://{host}:{}{}", m.port, m.path);
-        let url = Url::parse(&url).map_err(|e| format!("invalid probe URL {url}: {e}"))?;
         Ok(Http {
-            client: clients.get(m.protocol == Protocol::Https && m.tls_verify)?,
-            url,
-            headers: headers(key)?,
+            request: http::request(&m.path, &host_header(key), &m.headers)?.into_boxed_slice(),
+            tls,
             expected: m.expected_status.clone(),
             body_contains: m.body_contains.clone(),
         })
     }
 
-    async fn get(&self) -> Result<(), Reason> {
-        let req = self.client.get(self.url.clone()).headers(self.headers.clone());
-        let mut resp = req.send().await.map_err(|e| classify(&e))?;
-        let got = resp.status().as_u16();
+    /// One GET over a fresh connection to `addr`.
+    async fn get(&self, addr: SocketAddr) -> Result<(), Reason> {
+        let tcp = connect(addr).await?;
+        match &self.tls {
+            None => self.exchange(tcp).await,
+            Some((connector, name)) => {
+                // The request follows the handshake at once; Nagle would hold it back.
+                let _ = tcp.set_nodelay(true);
+                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| classify(&e))?;
+                self.exchange(tls).await
+            }
+        }
+    }
+
+    /// Sends the request and judges the response.
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(&self, mut s: S) -> Result<(), Reason> {
+        s.write_all(&self.request).await.map_err(|e| classify(&e))?;
+        s.flush().await.map_err(|e| classify(&e))?;
+        let resp = http::read_head(&mut s).await.map_err(|e| http_reason(&e))?;
+        let got = resp.status;
         if !self.expected.iter().any(|(lo, hi)| (*lo..=*hi).contains(&got)) {
             return Err(Reason::Status { got, expected: self.expected.clone() });
         }
         let Some(needle) = &self.body_contains else { return Ok(()) };
-        let mut body = Vec::new();
-        while body.len() < BODY_LIMIT {
-            match resp.chunk().await.map_err(|e| classify(&e))? {
-                Some(chunk) => body.extend_from_slice(&chunk),
-                None => break,
-            }
-        }
-        body.truncate(BODY_LIMIT);
+        let body = resp.body(BODY_LIMIT).await.map_err(|e| http_reason(&e))?;
         if contains(&body, needle.as_bytes()) { Ok(()) } else { Err(Reason::Body(needle.clone())) }
     }
 }
 
-/// The monitor's headers; `Host` defaults to the target's name when it is a host name
-/// (for an address, reqwest sends the address).
-fn headers(key: &ProbeKey) -> Result<HeaderMap, String> {
-    let mut map = HeaderMap::new();
-    for (k, v) in &key.monitor.headers {
-        let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| format!("invalid header name {k:?}"))?;
-        let value =
-            HeaderValue::from_str(v).map_err(|_| format!("invalid value of header {k}: {v:?}"))?;
-        map.insert(name, value);
-    }
-    if let ProbeTarget::Host(name) = &key.target
-        && !map.contains_key(HOST)
-    {
-        let host = host_text(name);
-        map.insert(HOST, HeaderValue::from_str(&host).map_err(|e| e.to_string())?);
-    }
-    Ok(map)
+/// The default Host header, as a URL client would send it: an address with its port unless
+/// it is the scheme's default; a host name alone (the port is not part of its name).
+fn host_header(key: &ProbeKey) -> String {
+    let m = &key.monitor;
+    let default_port = if m.protocol == Protocol::Https { 443 } else { 80 };
+    let ip = match &key.target {
+        ProbeTarget::Host(name) => return host_text(name),
+        ProbeTarget::Ip(IpAddr::V4(ip)) => ip.to_string(),
+        ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
+    };
+    if m.port == default_port { ip } else { format!("{ip}:{}", m.port) }
 }
 
 /// A host name as written in URLs and Host headers: without the root's trailing dot.
@@ -285,12 +239,9 @@ fn host_text(name: &crate::dns::name::WireName) -> String {
     text.strip_suffix('.').map(str::to_string).unwrap_or(text)
 }
 
-async fn tcp(addr: SocketAddr) -> Result<(), Reason> {
-    match TcpStream::connect(addr).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(Reason::Refused),
-        Err(e) => Err(Reason::Other(e.to_string())),
-    }
+/// A fresh connection to `addr`; a tcp check is just this.
+async fn connect(addr: SocketAddr) -> Result<TcpStream, Reason> {
+    TcpStream::connect(addr).await.map_err(|e| classify(&e))
 }
 
 async fn resolve(name: &str, port: u16) -> Result<Vec<IpAddr>, Reason> {
@@ -311,8 +262,8 @@ async fn resolve(name: &str, port: u16) -> Result<Vec<IpAddr>, Reason> {
 type BoxCheck<'a> = Pin<Box<dyn Future<Output = Result<(), Reason>> + Send + 'a>>;
 
 /// Runs the checks of every address concurrently: Ok as soon as one succeeds, else every
-/// address with its reason. Polled in place (not spawned) so the pinned address of each
-/// check stays in its scope.
+/// address with its reason. Polled in place (not spawned): the checks borrow the probe,
+/// and a task per address would cost a spawn per run.
 async fn any_ok(checks: impl Iterator<Item = (IpAddr, BoxCheck<'_>)>) -> Result<(), Reason> {
     let mut pending: Vec<(IpAddr, Option<BoxCheck<'_>>)> =
         checks.map(|(ip, c)| (ip, Some(c))).collect();
@@ -339,28 +290,27 @@ async fn any_ok(checks: impl Iterator<Item = (IpAddr, BoxCheck<'_>)>) -> Result<
     .await
 }
 
-/// The reason of a reqwest failure, found by walking its sources: a rustls error anywhere
-/// is a TLS failure, a refused connect is `Refused`, anything else reads as its innermost
-/// error (reqwest's own text only names the URL).
-fn classify(err: &reqwest::Error) -> Reason {
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
+/// The reason of an I/O failure: a rustls error inside is a TLS failure, a refused
+/// connect is `Refused`, anything else reads as its innermost error.
+fn classify(err: &std::io::Error) -> Reason {
+    if err.kind() == std::io::ErrorKind::ConnectionRefused {
+        return Reason::Refused;
+    }
+    let mut cur = err.get_ref().map(|e| e as &(dyn StdError + 'static));
     while let Some(e) = cur {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Reason::Tls(tls.to_string());
         }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::ConnectionRefused {
-                return Reason::Refused;
-            }
-            // io::Error::source skips the error it wraps; look at that one first.
-            if let Some(inner) = io.get_ref() {
-                cur = Some(inner as &(dyn StdError + 'static));
-                continue;
-            }
-        }
         cur = e.source();
     }
     Reason::Other(innermost(err))
+}
+
+fn http_reason(err: &HttpError) -> Reason {
+    match err {
+        HttpError::Io(io) => classify(io),
+        other => Reason::Other(other.to_string()),
+    }
 }
 
 /// The text of the deepest error in a chain (looking inside `io::Error`s too).

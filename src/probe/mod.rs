@@ -1,7 +1,8 @@
 //! The health prober: runs one task per distinct probe and publishes endpoint statuses
 //! into the health table the query path reads (contract §5, §7).
 //!
-//! `plan` decides which probes a snapshot needs, `check` does one probe, `state` is the
+//! `plan` decides which probes a snapshot needs, `check` does one probe (over `http`, a
+//! lean HTTP/1.1 GET, and `tls`, the shared TLS client configurations), `state` is the
 //! pure status machine, `live` holds a running probe's state and publishes it, and
 //! `schedule` is each probe's loop. `Prober` ties them together across reloads: `adopt`
 //! keeps probes whose definition did not change (state and phase included), stops the ones
@@ -9,11 +10,13 @@
 //! procedure, the admin API and the metrics.
 
 pub mod check;
+mod http;
 mod live;
 pub mod plan;
 mod report;
 mod schedule;
 pub mod state;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -84,6 +87,8 @@ pub struct Prober {
     cancel: CancellationToken,
     clients: Arc<Clients>,
     stats: Arc<Stats>,
+    /// Where the grid runs start on begins (`schedule::GRID`).
+    epoch: tokio::time::Instant,
     /// Taken by `adopt`, `stats` and `wait`; never by queries or probe tasks.
     running: Mutex<HashMap<ProbeKey, Running>>,
     leaves: ArcSwap<Leaves>,
@@ -98,6 +103,7 @@ impl Prober {
             cancel,
             clients: Arc::new(Clients::default()),
             stats: Arc::new(Stats::default()),
+            epoch: tokio::time::Instant::now(),
             running: Mutex::new(HashMap::new()),
             leaves: ArcSwap::from_pointee(Leaves::default()),
         };
@@ -160,13 +166,13 @@ impl Prober {
             port = key.monitor.port,
             "probe started"
         );
-        let offset = schedule::first_offset(&key);
+        let first = schedule::first_run(self.epoch, &key);
         let live = Arc::new(Live::new(key, users));
         let cancel = self.cancel.child_token();
         let task = self.runtime.spawn(schedule::run(
             live.clone(),
             check,
-            offset,
+            first,
             cancel.clone(),
             self.stats.clone(),
         ));

@@ -4,7 +4,8 @@
 //! as validation guarantees), so a hanging backend only ever holds up its own probe and a
 //! probe can never overlap itself. The first run is put at a stable, hash-derived offset
 //! inside the interval so thousands of probes started together do not fire in one burst,
-//! and a probe kept across a reload keeps its phase because its task simply keeps running.
+//! rounded up to a 10 ms grid shared by all probes so those due together share one wakeup;
+//! a probe kept across a reload keeps its phase because its task simply keeps running.
 
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
@@ -32,6 +33,13 @@ impl Run for Check {
     }
 }
 
+/// Runs start on a grid of this step from the prober's start: probes due within one step
+/// run together, so the runtime wakes once per step instead of once per probe (at 1000
+/// runs a second, most of the idle-to-busy switches), while a step is still short enough
+/// to spread thousands of probes evenly. Intervals of whole 10 ms (any whole seconds) keep
+/// later runs on the grid.
+pub const GRID: Duration = Duration::from_millis(10);
+
 /// Where in its interval a probe first runs: a hash of its key, so the spread is uniform
 /// over many probes and a given probe always gets the same offset from its start.
 pub fn first_offset(key: &ProbeKey) -> Duration {
@@ -39,6 +47,15 @@ pub fn first_offset(key: &ProbeKey) -> Duration {
     key.hash(&mut h);
     let nanos = key.monitor.interval.as_nanos().max(1);
     Duration::from_nanos((u128::from(h.finish()) % nanos) as u64)
+}
+
+/// When a probe starting now first runs: `first_offset` from now, moved up to the next
+/// point of the grid that starts at `epoch`.
+pub fn first_run(epoch: Instant, key: &ProbeKey) -> Instant {
+    let due = Instant::now() + first_offset(key);
+    let step = GRID.as_nanos();
+    let since = due.saturating_duration_since(epoch).as_nanos().div_ceil(step) * step;
+    epoch + Duration::from_nanos(u64::try_from(since).unwrap_or(u64::MAX))
 }
 
 /// Upper bounds (seconds) of the probe duration histogram's buckets, +Inf last.
@@ -148,16 +165,16 @@ fn protocol_index(p: Protocol) -> usize {
     }
 }
 
-/// Runs `check` every interval from `offset` on, recording each result, until cancelled.
+/// Runs `check` every interval from `first` on, recording each result, until cancelled.
 pub async fn run<R: Run>(
     live: Arc<Live>,
     check: R,
-    offset: Duration,
+    first: Instant,
     cancel: CancellationToken,
     stats: Arc<Stats>,
 ) {
     let (interval, timeout) = (live.key.monitor.interval, live.key.monitor.timeout);
-    let mut ticks = tokio::time::interval_at(Instant::now() + offset, interval);
+    let mut ticks = tokio::time::interval_at(first, interval);
     // Late (an overloaded runtime): run once now and keep the original phase.
     ticks.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
@@ -238,9 +255,9 @@ mod tests {
         let live = Arc::new(Live::new(key, Users { table: table.clone(), list: vec![user] }));
         let runs = Arc::new(Mutex::new(Vec::new()));
         let fake = Fake { runs: runs.clone(), delay, result };
-        let offset = first_offset(&live.key);
+        let first = first_run(Instant::now(), &live.key);
         let stats = Arc::new(Stats::default());
-        tokio::spawn(run(live.clone(), fake, offset, cancel.child_token(), stats));
+        tokio::spawn(run(live.clone(), fake, first, cancel.child_token(), stats));
         (live, table, runs)
     }
 
@@ -261,6 +278,19 @@ mod tests {
         assert!(buckets.iter().all(|&n| (150..260).contains(&n)), "{buckets:?}");
         let k = key(1, interval, Duration::from_secs(1));
         assert_eq!(first_offset(&k), first_offset(&k.clone()), "stable for one key");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_runs_are_on_the_grid_of_the_epoch() {
+        let epoch = Instant::now();
+        tokio::time::advance(Duration::from_micros(12_345)).await;
+        for a in 0..50u8 {
+            let k = key(a, Duration::from_secs(10), Duration::from_secs(1));
+            let first = first_run(epoch, &k);
+            let due = Instant::now() + first_offset(&k);
+            assert!(first >= due && first < due + GRID, "{first:?} vs {due:?}");
+            assert_eq!((first - epoch).as_nanos() % GRID.as_nanos(), 0);
+        }
     }
 
     /// Checks that run times follow offset + k * interval exactly: the tests run on tokio's
@@ -288,7 +318,7 @@ mod tests {
         let t0 = Instant::now();
         let quick = key(1, interval, timeout);
         let hang = key(2, interval, timeout);
-        let (quick_off, hang_off) = (first_offset(&quick), first_offset(&hang));
+        let (quick_off, hang_off) = (first_run(t0, &quick) - t0, first_run(t0, &hang) - t0);
         let (_, quick_table, quick_runs) =
             spawn(quick, Some(Duration::from_millis(5)), Ok(()), &cancel);
         let (hang_live, hang_table, hang_runs) = spawn(hang, None, Ok(()), &cancel);
@@ -313,7 +343,7 @@ mod tests {
     async fn cancel_stops_a_probe_in_the_middle_of_a_check() {
         let cancel = CancellationToken::new();
         let k = key(3, Duration::from_millis(400), Duration::from_millis(300));
-        let off = first_offset(&k);
+        let off = first_run(Instant::now(), &k) - Instant::now();
         let (live, _, runs) = spawn(k, None, Ok(()), &cancel);
         tokio::time::sleep(off + Duration::from_millis(150)).await;
         assert_eq!(runs.lock().unwrap().len(), 1);

@@ -1,0 +1,370 @@
+//! A lean HTTP/1.1 GET for probes: the request is rendered to bytes once per probe, and a
+//! run writes it, reads the response head and, only when `body_contains` asks for it, up
+//! to `BODY_LIMIT` bytes of the body.
+//!
+//! A general HTTP client does far more per request than a probe needs (header maps, URL
+//! handling, a connection pool, a spawned connection task, vectored writes and a shutdown
+//! per connection); at thousands of probes per second that was most of the prober's own
+//! CPU. Every probe opens a fresh connection and asks the server to close it, so nothing
+//! here deals with keep-alive or pipelining.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The largest response head accepted (status line and headers).
+const MAX_HEAD: usize = 64 * 1024;
+/// The most response headers accepted.
+const MAX_HEADERS: usize = 100;
+/// The longest chunk-size line accepted in a chunked body.
+const MAX_CHUNK_LINE: usize = 1024;
+
+/// Why a response could not be read. The texts follow hyper's, which operators saw before.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("connection closed before message completed")]
+    Incomplete,
+    #[error("message head is too large")]
+    TooLarge,
+    #[error("invalid HTTP {0} parsed")]
+    Parse(&'static str),
+    #[error("invalid content-length parsed")]
+    ContentLength,
+    #[error("invalid chunk size line")]
+    ChunkSize,
+    #[error("end of file before message length reached")]
+    BodyEof,
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Renders the GET request once. `host` is the default Host header; a monitor header of
+/// the same name (any case) replaces a default, as header names are case-insensitive.
+pub fn request(path: &str, host: &str, headers: &[(String, String)]) -> Result<Vec<u8>, String> {
+    let mut all: Vec<(String, &str)> = vec![
+        ("host".into(), host),
+        ("user-agent".into(), concat!("steerdns-probe/", env!("CARGO_PKG_VERSION"))),
+        ("accept".into(), "*/*"),
+        // Each probe uses a fresh connection: the server may close it right after answering.
+        ("connection".into(), "close"),
+    ];
+    for (k, v) in headers {
+        if k.is_empty() || !k.bytes().all(is_token) {
+            return Err(format!("invalid header name {k:?}"));
+        }
+        if !v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) {
+            return Err(format!("invalid value of header {k}: {v:?}"));
+        }
+        let name = k.to_ascii_lowercase();
+        all.retain(|(n, _)| *n != name);
+        all.push((name, v));
+    }
+    let mut out = format!("GET {} HTTP/1.1\r\n", encode_path(path)).into_bytes();
+    for (k, v) in all {
+        out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(out)
+}
+
+/// RFC 9110 token characters (header names).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The request target: the path with the bytes a URL may not hold raw percent-encoded
+/// (what URL parsing did before), so a space in a configured path cannot break the line.
+fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b <= 0x20 || b >= 0x7f || b"\"<>`{}".contains(&b) {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    out
+}
+
+/// How the body of a response is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    Close,
+}
+
+/// A response read up to the end of its head; the body is read on demand.
+pub struct Response<'a, S> {
+    pub status: u16,
+    framing: Framing,
+    conn: Conn<'a, S>,
+}
+
+/// A connection with the bytes read from it but not consumed yet.
+struct Conn<'a, S> {
+    s: &'a mut S,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl<S: AsyncRead + Unpin> Conn<'_, S> {
+    /// Reads more bytes into the buffer; false at end of stream.
+    async fn fill(&mut self) -> io::Result<bool> {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        self.buf.reserve(2048);
+        Ok(self.s.read_buf(&mut self.buf).await? > 0)
+    }
+
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+}
+
+/// Reads the response head, skipping interim (1xx) responses.
+pub async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Result<Response<'_, S>, HttpError> {
+    let mut conn = Conn { s, buf: Vec::with_capacity(2048), pos: 0 };
+    loop {
+        let (len, status, framing) = loop {
+            if let Some(head) = parse_head(conn.pending())? {
+                break head;
+            }
+            if conn.pending().len() > MAX_HEAD {
+                return Err(HttpError::TooLarge);
+            }
+            if !conn.fill().await? {
+                return Err(HttpError::Incomplete);
+            }
+        };
+        conn.pos += len;
+        // 101 is final (a protocol switch); other 1xx are followed by the real response.
+        if !(100..200).contains(&status) || status == 101 {
+            return Ok(Response { status, framing, conn });
+        }
+    }
+}
+
+/// Parses a complete head at the start of `data`: its length, status and body framing.
+fn parse_head(data: &[u8]) -> Result<Option<(usize, u16, Framing)>, HttpError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(data) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpError::TooLarge),
+        Err(e) => return Err(HttpError::Parse(parse_error_part(e))),
+    };
+    let status = resp.code.unwrap_or_default();
+    let framing = framing(status, resp.headers)?;
+    Ok(Some((len, status, framing)))
+}
+
+fn parse_error_part(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::Version => "version",
+        httparse::Error::Status => "status-code",
+        _ => "header",
+    }
+}
+
+/// RFC 9112 §6.3: chunked wins over Content-Length; another transfer coding, or neither
+/// header, reads to the end of the connection.
+fn framing(status: u16, headers: &[httparse::Header<'_>]) -> Result<Framing, HttpError> {
+    if status == 204 || status == 304 || (100..200).contains(&status) {
+        return Ok(Framing::Empty);
+    }
+    let mut length = None;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            let last = h.value.rsplit(|b| *b == b',').next().unwrap_or_default();
+            let chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            return Ok(if chunked { Framing::Chunked } else { Framing::Close });
+        }
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = std::str::from_utf8(h.value.trim_ascii()).ok().and_then(|t| t.parse().ok());
+            let n: u64 = n.ok_or(HttpError::ContentLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(HttpError::ContentLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length.map_or(Framing::Close, Framing::Length))
+}
+
+impl<S: AsyncRead + Unpin> Response<'_, S> {
+    /// The first `limit` bytes of the body (all of it when shorter).
+    pub async fn body(mut self, limit: usize) -> Result<Vec<u8>, HttpError> {
+        let mut body = Vec::new();
+        match self.framing {
+            Framing::Empty => {}
+            Framing::Length(n) => {
+                let want = usize::try_from(n).unwrap_or(usize::MAX).min(limit);
+                self.take(&mut body, want, true).await?;
+            }
+            Framing::Close => self.take(&mut body, limit, false).await?,
+            Framing::Chunked => self.chunked(&mut body, limit).await?,
+        }
+        Ok(body)
+    }
+
+    /// Appends up to `n` more bytes to `body`; a stream ending first is an error only when
+    /// the bytes were promised (`exact`).
+    async fn take(&mut self, body: &mut Vec<u8>, n: usize, exact: bool) -> Result<(), HttpError> {
+        let end = body.len().saturating_add(n);
+        while body.len() < end {
+            if self.conn.pending().is_empty() && !self.conn.fill().await? {
+                return if exact { Err(HttpError::BodyEof) } else { Ok(()) };
+            }
+            let data = self.conn.pending();
+            let k = data.len().min(end - body.len());
+            body.extend_from_slice(&data[..k]);
+            self.conn.pos += k;
+        }
+        Ok(())
+    }
+
+    /// Decodes chunks until the last one or until `limit` bytes are in `body`.
+    async fn chunked(&mut self, body: &mut Vec<u8>, limit: usize) -> Result<(), HttpError> {
+        loop {
+            let size = self.chunk_size().await?;
+            if size == 0 {
+                return Ok(());
+            }
+            let room = limit - body.len();
+            let take = usize::try_from(size).unwrap_or(usize::MAX).min(room);
+            self.take(body, take, true).await?;
+            if body.len() >= limit {
+                return Ok(());
+            }
+            // The chunk's own CRLF, which a chunk-size line must start after.
+            self.line().await?;
+        }
+    }
+
+    /// Reads one chunk-size line and parses its hex size (extensions are ignored).
+    async fn chunk_size(&mut self) -> Result<u64, HttpError> {
+        let line = self.line().await?;
+        let hex = line.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
+        let text = std::str::from_utf8(hex).map_err(|_| HttpError::ChunkSize)?;
+        u64::from_str_radix(text, 16).map_err(|_| HttpError::ChunkSize)
+    }
+
+    /// The next line (without CRLF), consumed.
+    async fn line(&mut self) -> Result<Vec<u8>, HttpError> {
+        loop {
+            let data = self.conn.pending();
+            if let Some(i) = data.iter().position(|b| *b == b'\n') {
+                let line = data[..i].strip_suffix(b"\r").unwrap_or(&data[..i]).to_vec();
+                self.conn.pos += i + 1;
+                return Ok(line);
+            }
+            if data.len() > MAX_CHUNK_LINE {
+                return Err(HttpError::ChunkSize);
+            }
+            if !self.conn.fill().await? {
+                return Err(HttpError::BodyEof);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads `response` (as one stream) and returns the status and the body up to `limit`.
+    async fn read(response: &[u8], limit: usize) -> Result<(u16, Vec<u8>), HttpError> {
+        let mut s = response;
+        let resp = read_head(&mut s).await?;
+        let status = resp.status;
+        Ok((status, resp.body(limit).await?))
+    }
+
+    #[tokio::test]
+    async fn responses_table() {
+        /// The status and body read, or the error text.
+        type Want = Result<(u16, &'static str), &'static str>;
+        // (response, body limit, expected)
+        let cases: &[(&str, usize, Want)] = &[
+            ("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK", 10, Ok((200, "OK"))),
+            ("HTTP/1.1 503 X\r\nContent-Length: 5\r\n\r\ndown!", 3, Ok((503, "dow"))),
+            ("HTTP/1.0 200 OK\r\n\r\nto the end", 100, Ok((200, "to the end"))),
+            ("HTTP/1.1 204 No Content\r\n\r\n", 100, Ok((204, ""))),
+            (
+                "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nx",
+                100,
+                Ok((200, "x")),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nall\r\n4\r\n OK!\r\n0\r\n\r\n",
+                100,
+                Ok((200, "all OK!")),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n5\r\nfgh",
+                7,
+                Ok((200, "abcdefg")),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort",
+                100,
+                Err("end of file before message length reached"),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Le",
+                100,
+                Err("connection closed before message completed"),
+            ),
+            ("", 100, Err("connection closed before message completed")),
+            ("SSH-2.0-OpenSSH_9.6\r\n\r\n", 100, Err("invalid HTTP version parsed")),
+            ("HTTP/1.1 2x0 OK\r\n\r\n", 100, Err("invalid HTTP status-code parsed")),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+                100,
+                Err("invalid content-length parsed"),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                100,
+                Err("invalid chunk size line"),
+            ),
+        ];
+        for (response, limit, want) in cases {
+            let got = read(response.as_bytes(), *limit).await;
+            match (got, want) {
+                (Ok((status, body)), Ok((s, b))) => {
+                    assert_eq!((status, body.as_slice()), (*s, b.as_bytes()), "{response:?}")
+                }
+                (Err(e), Err(text)) => assert_eq!(e.to_string(), *text, "{response:?}"),
+                (got, want) => panic!("{response:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn request_bytes() {
+        let plain = request("/health", "192.0.2.1:8080", &[]).unwrap();
+        assert_eq!(
+            String::from_utf8(plain).unwrap(),
+            concat!(
+                "GET /health HTTP/1.1\r\nhost: 192.0.2.1:8080\r\nuser-agent: steerdns-probe/",
+                env!("CARGO_PKG_VERSION"),
+                "\r\naccept: */*\r\nconnection: close\r\n\r\n"
+            )
+        );
+        let headers =
+            vec![("Host".to_string(), "probe.test".to_string()), ("X-A".into(), "1".into())];
+        let custom = String::from_utf8(request("/a b", "h", &headers).unwrap()).unwrap();
+        assert!(custom.starts_with("GET /a%20b HTTP/1.1\r\n"), "{custom}");
+        assert!(custom.contains("host: probe.test\r\n") && !custom.contains("host: h\r\n"));
+        assert!(custom.ends_with("x-a: 1\r\n\r\n"), "{custom}");
+        let bad = |k: &str, v: &str| request("/", "h", &[(k.to_string(), v.to_string())]);
+        assert_eq!(bad("a b", "1").unwrap_err(), "invalid header name \"a b\"");
+        assert_eq!(bad("X", "1\r\n2").unwrap_err(), "invalid value of header X: \"1\\r\\n2\"");
+    }
+}

@@ -1,0 +1,105 @@
+//! TLS for https probes: two client configurations every probe shares, one validating
+//! certificates with the platform verifier (the system's roots, as browsers and the
+//! previous reqwest-based client did), one accepting any certificate (`tls_verify: false`).
+//!
+//! They are built on first use, so a configuration without https never loads the
+//! system's root store.
+
+use std::sync::{Arc, OnceLock};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use tokio_rustls::TlsConnector;
+
+/// The TLS client configurations every probe shares.
+#[derive(Default)]
+pub struct Clients {
+    verifying: OnceLock<Result<TlsConnector, String>>,
+    lenient: OnceLock<Result<TlsConnector, String>>,
+}
+
+impl Clients {
+    pub fn get(&self, tls_verify: bool) -> Result<TlsConnector, String> {
+        let cell = if tls_verify { &self.verifying } else { &self.lenient };
+        cell.get_or_init(|| connector(tls_verify)).clone()
+    }
+}
+
+fn connector(tls_verify: bool) -> Result<TlsConnector, String> {
+    // An Err means a process-wide provider is installed already; that one is used.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let provider = CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(rustls::ALL_VERSIONS)
+        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .dangerous();
+    let verifier: Arc<dyn ServerCertVerifier> = if tls_verify {
+        let v = rustls_platform_verifier::Verifier::new(provider)
+            .map_err(|e| format!("cannot load the system's certificate roots: {e}"))?;
+        Arc::new(v)
+    } else {
+        Arc::new(AcceptAny)
+    };
+    let mut config = builder.with_custom_certificate_verifier(verifier).with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// `tls_verify: false`: any certificate and any handshake signature are accepted, so a
+/// self-signed or expired certificate does not fail the probe.
+#[derive(Debug)]
+struct AcceptAny;
+
+impl ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        use SignatureScheme::*;
+        vec![
+            RSA_PKCS1_SHA1,
+            ECDSA_SHA1_Legacy,
+            RSA_PKCS1_SHA256,
+            ECDSA_NISTP256_SHA256,
+            RSA_PKCS1_SHA384,
+            ECDSA_NISTP384_SHA384,
+            RSA_PKCS1_SHA512,
+            ECDSA_NISTP521_SHA512,
+            RSA_PSS_SHA256,
+            RSA_PSS_SHA384,
+            RSA_PSS_SHA512,
+            ED25519,
+            ED448,
+        ]
+    }
+}
