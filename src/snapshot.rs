@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::config::ProfileFile;
 use crate::dns::name::WireName;
 use crate::health::HealthTable;
 use crate::location::World;
@@ -38,6 +39,9 @@ pub struct Snapshot {
     pub counters: QueryCounters,
     /// The `profiles:` directory, for the file watcher.
     pub profiles_dir: PathBuf,
+    /// Each profile file read and the profiles it gave, so that the next reload can take
+    /// over the unchanged ones.
+    pub profile_files: Vec<ProfileFile>,
 }
 
 impl Snapshot {
@@ -61,6 +65,7 @@ impl Snapshot {
             world,
             counters,
             profiles_dir,
+            profile_files: Vec::new(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! Configuration validation: one case per error the contract lists, each checked for its
-//! FILE:LINE:COL, plus `steerdns check` on a valid and an invalid configuration.
+//! FILE:LINE:COL, plus `steerdns check` on a valid and an invalid configuration, and
+//! reloads that take over unchanged files (same result, same errors as a fresh load).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -254,4 +255,126 @@ fn shipped_example_config_is_valid() {
     let (code, out) = check(root);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("ok: "), "{out}");
+}
+
+/// Each profile as text, nested children by name: equal for equal configurations
+/// whatever their ids.
+fn profiles_text(snap: &steerdns::snapshot::Snapshot) -> Vec<String> {
+    use steerdns::model::Target;
+    snap.profiles
+        .iter()
+        .map(|p| {
+            let eps: Vec<String> = p
+                .endpoints
+                .iter()
+                .map(|e| match &e.target {
+                    Target::Nested(n) => format!("{}->{}", e.name, snap.profiles[n.child].name),
+                    t => format!("{}={t:?} slot {}", e.name, e.health_slot),
+                })
+                .collect();
+            format!("{} {} {:?} {eps:?}", p.name, p.method.as_str(), p.families)
+        })
+        .collect()
+}
+
+/// The located errors of a load that must fail (without printing a whole snapshot if not).
+fn rejected(path: &Path, previous: Option<&steerdns::snapshot::Snapshot>) -> Vec<String> {
+    match config::load(path, previous) {
+        Ok(_) => panic!("the configuration should be rejected"),
+        Err(e) => common::located(&e),
+    }
+}
+
+const LEAF: &str =
+    "name: leaf\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n";
+const TOP: &str = "name: top\nrouting: priority\nendpoints:\n  - { name: n, profile: leaf }\n  - { name: b, target: 192.0.2.9 }\n";
+
+#[test]
+fn a_reload_takes_over_unchanged_files_and_renumbers_their_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = setup(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
+    let first = config::load(&path, None).unwrap();
+    // A file sorting first moves every id; b.yaml changes; a.yaml is taken over.
+    let early = "name: early\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.5 }\n";
+    std::fs::write(dir.path().join("profiles/0.yaml"), early).unwrap();
+    std::fs::write(dir.path().join("profiles/b.yaml"), LEAF.replace("192.0.2.1", "192.0.2.2"))
+        .unwrap();
+    let reloaded = config::load(&path, Some(&first)).unwrap();
+    let fresh = config::load(&path, None).unwrap();
+    assert_eq!(profiles_text(&reloaded), profiles_text(&fresh));
+    assert!(profiles_text(&reloaded)[2].contains("192.0.2.2"), "{:#?}", profiles_text(&reloaded));
+    // Nothing changed: everything is taken over, and still equal.
+    let again = config::load(&path, Some(&reloaded)).unwrap();
+    assert_eq!(profiles_text(&again), profiles_text(&fresh));
+    assert_eq!(again.zones[0].serial, reloaded.zones[0].serial);
+}
+
+#[test]
+fn errors_after_a_takeover_are_those_of_a_fresh_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = setup(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
+    let first = config::load(&path, None).unwrap();
+    let both = |label: &str| {
+        let (reloaded, fresh) = (rejected(&path, Some(&first)), rejected(&path, None));
+        assert_eq!(reloaded, fresh, "{label}");
+        reloaded
+    };
+    // The unchanged a.yaml loses its child.
+    std::fs::write(dir.path().join("profiles/b.yaml"), LEAF.replace("leaf", "other")).unwrap();
+    let errors = both("missing child");
+    assert!(errors[0].starts_with("a.yaml:4:25: nested profile leaf."), "{errors:#?}");
+    // A new file repeats the name of a profile in an unchanged file.
+    std::fs::write(dir.path().join("profiles/b.yaml"), LEAF).unwrap();
+    std::fs::write(dir.path().join("profiles/c.yaml"), TOP).unwrap();
+    let errors = both("duplicate");
+    assert!(errors[0].starts_with("c.yaml:1:7: two profiles are named top."), "{errors:#?}");
+    // A second zone: relative names in unchanged files no longer resolve.
+    std::fs::remove_file(dir.path().join("profiles/c.yaml")).unwrap();
+    let two = format!(
+        "{SERVER}  - origin: other.test.\n    ns: [ns1.other.test.]\n    soa: {{ rname: h.other.test. }}\n"
+    );
+    std::fs::write(&path, two).unwrap();
+    let errors = both("context");
+    assert!(errors.iter().any(|e| e.starts_with("a.yaml:1:7: relative name")), "{errors:#?}");
+}
+
+#[test]
+fn a_large_configuration_builds_in_parallel_as_it_would_in_order() {
+    // Enough profiles for several builder threads; chains of nested profiles (p4 -> p3 ->
+    // .. -> p0, p14 -> .. -> p5, ...) cross the chunk and file boundaries.
+    let file = |f: usize| -> String {
+        (f * 1000..(f + 1) * 1000)
+            .map(|i| match i {
+                _ if i % 10 == 5 || i == 0 => LEAF.replace("leaf", &format!("p{i}")),
+                _ => format!(
+                    "name: p{i}\nrouting: priority\nendpoints:\n  - {{ name: n, profile: p{} }}\n  - {{ name: b, target: 192.0.2.9 }}\n",
+                    i - 1
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<(String, String)> = (0..3).map(|f| (format!("{f}.yaml"), file(f))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let path = setup(dir.path(), SERVER, &refs);
+    let first = config::load(&path, None).unwrap();
+    assert_eq!(first.profiles.len(), 3000);
+    let texts = profiles_text(&first);
+    assert!(texts[1504].contains("n->p1503."), "{}", texts[1504]);
+    let again = config::load(&path, Some(&first)).unwrap();
+    assert_eq!(profiles_text(&again), texts);
+    // Errors early and late keep their order; a reload finds the same ones.
+    let bad = file(2).replace("profile: p2500 ", "profile: nowhere ");
+    std::fs::write(dir.path().join("profiles/2.yaml"), bad).unwrap();
+    std::fs::write(
+        dir.path().join("profiles/0.yaml"),
+        file(0).replacen("target: 192", "target: x192", 1),
+    )
+    .unwrap();
+    let fresh = rejected(&path, None);
+    assert_eq!(rejected(&path, Some(&first)), fresh);
+    assert_eq!(fresh.len(), 2, "{fresh:#?}");
+    assert!(fresh[0].starts_with("0.yaml:4:24: target \"x192.0.2.1\""), "{fresh:#?}");
+    assert!(fresh[1].contains("nested profile nowhere."), "{fresh:#?}");
 }

@@ -2,13 +2,15 @@
 //!
 //! Parse, then validate: YAML goes into `raw` structs that reject unknown keys; the
 //! builders here give it meaning and collect every error with its FILE:LINE:COL. A load
-//! either yields a complete snapshot or the full list of errors, never half of each.
+//! either yields a complete snapshot or the full list of errors, never half of each. A
+//! reload takes over the profiles of unchanged files from the running snapshot (`reuse`).
 
 mod check;
 pub mod error;
 mod monitor;
 mod profiles;
 pub mod raw;
+mod reuse;
 mod rules;
 mod world;
 mod zones;
@@ -16,57 +18,113 @@ mod zones;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use error::{ConfigError, ConfigErrors};
 pub use profiles::compute_families;
+pub use reuse::ProfileFile;
 
-use error::{Pos, Sink, from_yaml};
+use error::{Sink, from_yaml};
+use profiles::Doc;
 use raw::RawServer;
+use reuse::Reuse;
 
 use crate::health::{HealthTable, Status};
+use crate::location::World;
 use crate::model::{Profile, Target};
 use crate::snapshot::{Listen, Snapshot};
 use crate::zone::{Zone, next_serial};
 
 /// Loads and validates the configuration at `path`. `previous` (the snapshot being
-/// replaced, if any) keeps zone serials growing only when content changed.
+/// replaced, if any) keeps zone serials growing only when content changed, and lends the
+/// profiles of files that did not change (see `reuse`).
 pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigErrors> {
+    match load_with(path, previous, true) {
+        // Taken-over profiles have no positions: find the errors again from the files.
+        Err(Failed { reused: true, .. }) => load_with(path, previous, false),
+        done => done,
+    }
+    .map_err(|f| f.errors)
+}
+
+/// A failed load, and whether it took profiles over from the previous snapshot.
+struct Failed {
+    errors: ConfigErrors,
+    reused: bool,
+}
+
+impl From<ConfigErrors> for Failed {
+    fn from(errors: ConfigErrors) -> Failed {
+        Failed { errors, reused: false }
+    }
+}
+
+fn load_with(
+    path: &Path,
+    previous: Option<&Snapshot>,
+    allow_reuse: bool,
+) -> Result<Snapshot, Failed> {
     let mut errors = Vec::new();
     let text = error::read_file(path)?;
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut sink = Sink { file: path, errors: &mut errors };
-    let mut listen = listen(&mut sink, &raw);
-    listen.admin_token = admin_token(&mut sink, &raw, &base);
-    let mut zones: Vec<Zone> =
-        raw.zones.value.iter().filter_map(|z| zones::build(&mut sink, z, &base)).collect();
-    if raw.zones.value.is_empty() {
-        sink.on(&raw.zones, "at least one zone is needed");
-    }
-    check_zone_overlap(&mut sink, &raw, &zones);
-    let profiles_dir = base.join(raw.profiles.as_ref().map_or("profiles", |p| p.value.as_str()));
-    let world = world::build(&mut sink, &raw, &base);
-    let sources = profiles::read_dir(&profiles_dir, &mut errors);
-    let (mut profiles, origin_doc) = profiles::build_all(&sources, &zones, &world, &mut errors);
+    let (listen, mut zones, world, profiles_dir) =
+        server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+    let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
+    let (sources, files) = profiles::read_dir(&profiles_dir, reuse.as_ref(), &mut errors);
+    let reused = sources.iter().any(|s| matches!(s.doc, Doc::Reused(_)));
+    let prev = previous.map_or(&[][..], |p| p.profiles.as_slice());
+    let (mut profiles, origin_doc) =
+        profiles::build_all(&sources, prev, &zones, &world, &mut errors);
     attach_profiles(&sources, &origin_doc, &profiles, &mut zones, &mut errors);
+    let dropping = drop_aside(sources);
     if !errors.is_empty() {
         errors.sort_by(|a, b| {
             (&a.file, a.pos.line, a.pos.col).cmp(&(&b.file, b.pos.line, b.pos.col))
         });
         errors.dedup();
-        return Err(ConfigErrors(errors));
+        return Err(Failed { errors: ConfigErrors(errors), reused });
     }
     compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     set_serials(&mut zones, &profiles, previous);
-    let generation = previous.map_or(1, |p| p.generation + 1);
     let mut snap = Snapshot::new(listen, zones, profiles, health, Arc::new(world), profiles_dir);
-    snap.generation = generation;
+    snap.generation = previous.map_or(1, |p| p.generation + 1);
+    snap.profile_files = files;
+    // Joined so that the memory is free (for `malloc_trim`) once the load returns.
+    if let Some(d) = dropping {
+        let _ = d.join();
+    }
     Ok(snap)
+}
+
+/// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles), the
+/// location data and the profiles directory.
+fn server(
+    sink: &mut Sink<'_>,
+    raw: &RawServer,
+    base: &Path,
+) -> (Listen, Vec<Zone>, World, PathBuf) {
+    let mut listen = listen(sink, raw);
+    listen.admin_token = admin_token(sink, raw, base);
+    let zones: Vec<Zone> =
+        raw.zones.value.iter().filter_map(|z| zones::build(sink, z, base)).collect();
+    if raw.zones.value.is_empty() {
+        sink.on(&raw.zones, "at least one zone is needed");
+    }
+    check_zone_overlap(sink, raw, &zones);
+    let profiles_dir = base.join(raw.profiles.as_ref().map_or("profiles", |p| p.value.as_str()));
+    let world = world::build(sink, raw, base);
+    (listen, zones, world, profiles_dir)
+}
+
+/// Drops `value` on another thread, beside the remaining work: freeing 100k parsed
+/// documents takes about a tenth of a second. Inline when no thread can be started.
+fn drop_aside<T: Send + 'static>(value: T) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("config-drop".into()).spawn(move || drop(value)).ok()
 }
 
 fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
@@ -133,8 +191,8 @@ fn attach_profiles(
         if !node.rrsets.is_empty() {
             let src = &sources[origin_doc[id]];
             errors.push(ConfigError {
-                file: src.file.clone(),
-                pos: Pos::of(&src.raw.name),
+                file: src.file.to_path_buf(),
+                pos: src.name_pos,
                 message: format!(
                     "{} has static records in the zone; a name is either a profile or records",
                     p.name
@@ -179,30 +237,35 @@ fn set_serials(zones: &mut [Zone], profiles: &[Profile], previous: Option<&Snaps
     }
 }
 
-/// A hash of everything that decides a zone's answers (health slots excluded).
+/// A hash of everything that decides a zone's answers (health slots excluded). Only ever
+/// compared within one process, so the encoding may change between versions.
 fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> u64 {
     let mut h = DefaultHasher::new();
     (zone.ttl, &zone.soa).hash(&mut h);
-    let mut names: Vec<_> = zone.nodes.iter().collect();
-    names.sort_by(|a, b| a.0.cmp(b.0));
-    for (name, node) in names {
-        (name, &node.rrsets).hash(&mut h);
-    }
+    // Order-independent (a sum of per-node hashes): sorting 100k names cost more than
+    // hashing them.
+    let nodes = zone.nodes.iter().fold(0u64, |sum, (name, node)| {
+        let mut nh = DefaultHasher::new();
+        (name, &node.rrsets).hash(&mut nh);
+        sum.wrapping_add(nh.finish())
+    });
+    (zone.nodes.len(), nodes).hash(&mut h);
     for p in profiles {
         (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
             .hash(&mut h);
         for e in &p.endpoints {
-            (
-                &e.name,
-                format!("{:?}", e.target),
-                e.enabled,
-                e.always_serve,
-                e.priority,
-                e.weight,
-                &e.monitor,
-            )
-                .hash(&mut h);
+            (&e.name, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor).hash(&mut h);
+            hash_target(&e.target, &mut h);
         }
     }
     h.finish()
+}
+
+fn hash_target(t: &Target, h: &mut impl Hasher) {
+    match t {
+        Target::V4(a) => (0u8, a).hash(h),
+        Target::V6(a) => (1u8, a).hash(h),
+        Target::Host(n) => (2u8, n).hash(h),
+        Target::Nested(n) => (3u8, n.child, n.min_child, n.min_child_v4, n.min_child_v6).hash(h),
+    }
 }
