@@ -23,3 +23,7 @@ pub mod server;
 pub mod snapshot;
 pub mod watch;
 pub mod zone;
+
+/// The hash map of everything looked up per query: keys are short names and codes from the
+/// configuration, so a fast non-cryptographic hash with a per-process random seed.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

@@ -4,10 +4,10 @@
 //! configuration load by `config::validate` and never mutated afterwards; anything that
 //! changes at run time (endpoint health) lives in `health` and is addressed by slot.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use crate::FastMap;
 use crate::dns::name::WireName;
 use crate::netrange::RangeMap;
 
@@ -65,7 +65,7 @@ pub enum Rules {
     Plain,
     Geographic {
         /// Region code (canonical, e.g. `US-CA`, `GEO-EU`) → endpoint index; enabled only.
-        by_code: HashMap<Box<str>, usize>,
+        by_code: FastMap<Box<str>, usize>,
         /// `degraded_match: fallback`.
         fallback_on_degraded: bool,
     },

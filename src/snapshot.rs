@@ -3,11 +3,11 @@
 //! The server holds it in an `ArcSwap`; each query (or batch of queries) loads it once and
 //! never sees a half-applied reload.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::FastMap;
 use crate::config::ProfileFile;
 use crate::dns::name::WireName;
 use crate::health::HealthTable;
@@ -30,7 +30,7 @@ pub struct Snapshot {
     pub generation: u64,
     pub listen: Listen,
     pub zones: Vec<Zone>,
-    zone_index: HashMap<WireName, usize>,
+    zone_index: FastMap<WireName, usize>,
     pub profiles: Vec<Profile>,
     pub health: Arc<HealthTable>,
     /// Geo database, region hierarchy, latency table and topology.

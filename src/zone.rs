@@ -4,8 +4,7 @@
 //! bytes. Every ancestor of a name in the zone exists as a (possibly empty) node, which makes
 //! empty non-terminals answer NODATA rather than NXDOMAIN.
 
-use std::collections::HashMap;
-
+use crate::FastMap;
 use crate::dns::name::WireName;
 use crate::model::ProfileId;
 
@@ -74,7 +73,7 @@ pub struct Zone {
     pub ttl: u32,
     /// The SOA record's RDATA with the serial in place.
     pub soa_rdata: Box<[u8]>,
-    pub nodes: HashMap<WireName, Node>,
+    pub nodes: FastMap<WireName, Node>,
     /// Hash of everything that decides the zone's answers, to know when the serial must grow.
     pub fingerprint: u64,
 }

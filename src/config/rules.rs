@@ -8,6 +8,7 @@ use super::check::int_or;
 use super::error::Pos;
 use super::profiles::Builder;
 use super::raw::{RawEndpoint, RawGroup, RawProfile, S};
+use crate::FastMap;
 use crate::model::{Endpoint, Group, Method, Rules, Target};
 use crate::netrange::{Range, RangeMap};
 
@@ -76,7 +77,7 @@ impl Builder<'_, '_> {
     }
 
     fn geographic(&mut self, eps: &RawEndpoints, endpoints: &[Endpoint], fallback: bool) -> Rules {
-        let mut by_code: HashMap<Box<str>, usize> = HashMap::new();
+        let mut by_code: FastMap<Box<str>, usize> = FastMap::default();
         let mut owner: HashMap<String, &str> = HashMap::new();
         for (i, ep) in eps.value.iter().enumerate() {
             let Some(codes) = &ep.value.geo else {

@@ -1,7 +1,7 @@
 //! Builds `Zone`s from `zones:` entries: SOA, NS, inline static records and the optional
 //! RFC 1035 master file (parsed with hickory-proto's zone-file parser).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use hickory_proto::rr::{Name, RecordSet, RecordType, RrKey};
@@ -11,6 +11,7 @@ use hickory_proto::serialize::txt::{ParseResult, Parser};
 use super::check::int_or;
 use super::error::{Pos, Sink};
 use super::raw::{RawZone, S};
+use crate::FastMap;
 use crate::dns::name::WireName;
 use crate::zone::{Node, RrSet, Soa, TYPE_NS, TYPE_SOA, Zone};
 
@@ -28,7 +29,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone>
         sink.on(&z.ns, "a zone needs at least one ns");
     }
     let soa = soa(sink, z, ns.first().cloned().unwrap_or_else(|| origin.clone()), &origin_name)?;
-    let mut nodes: HashMap<WireName, Node> = HashMap::new();
+    let mut nodes: FastMap<WireName, Node> = FastMap::default();
     let ns_rdata = ns.iter().map(|n| Box::<[u8]>::from(n.as_bytes())).collect();
     let apex = nodes.entry(origin.clone()).or_default();
     apex.rrsets.push(RrSet { rtype: TYPE_NS, ttl, rdata: ns_rdata });
@@ -90,7 +91,7 @@ pub fn parse_name(sink: &mut Sink<'_>, v: &S<String>, origin: Option<&Name>) -> 
 /// the line of the entry that broke the parse).
 fn zone_file(
     sink: &mut Sink<'_>,
-    nodes: &mut HashMap<WireName, Node>,
+    nodes: &mut FastMap<WireName, Node>,
     origin: &WireName,
     path: &Path,
     text: &str,
@@ -140,7 +141,7 @@ fn failing_line(text: &str, parses: impl Fn(&str) -> bool) -> u64 {
 
 fn add_records(
     sink: &mut Sink<'_>,
-    nodes: &mut HashMap<WireName, Node>,
+    nodes: &mut FastMap<WireName, Node>,
     origin: &WireName,
     parsed: ParseResult<(Name, BTreeMap<RrKey, RecordSet>)>,
     at: Pos,
@@ -169,7 +170,7 @@ fn add_records(
 
 fn add_set(
     sink: &mut Sink<'_>,
-    nodes: &mut HashMap<WireName, Node>,
+    nodes: &mut FastMap<WireName, Node>,
     owner: WireName,
     set: &hickory_proto::rr::RecordSet,
     at: Pos,
@@ -200,7 +201,7 @@ fn add_set(
 }
 
 /// Adds an empty node for every name between a record's owner and the apex.
-pub fn add_ancestors(nodes: &mut HashMap<WireName, Node>, origin: &WireName) {
+pub fn add_ancestors(nodes: &mut FastMap<WireName, Node>, origin: &WireName) {
     let names: Vec<WireName> = nodes.keys().cloned().collect();
     for name in names {
         for anc in name.ancestors_below(origin) {

@@ -2,18 +2,17 @@
 //! code up (subdivision → country → grouping → WORLD); the first endpoint mapped to a
 //! matching code answers. A Stopped match, or no match, answers NODATA.
 
-use std::collections::HashMap;
-
 use crate::health::{HealthView, Status};
 use crate::model::Profile;
 
 use super::status::endpoint_status;
 use super::{Ctx, Pick, Query};
+use crate::FastMap;
 
 pub fn pick<'a, H: HealthView + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
-    by_code: &HashMap<Box<str>, usize>,
+    by_code: &FastMap<Box<str>, usize>,
     fallback_on_degraded: bool,
     q: Query<'_>,
 ) -> Pick<'a> {
@@ -61,8 +60,7 @@ pub fn describe_location(l: &crate::location::Located) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
+    use crate::FastMap;
     use crate::health::Status;
     use crate::model::{Method, Rules, Want};
     use crate::routing::testkit::*;
@@ -72,7 +70,7 @@ mod tests {
     fn lab(fallback: bool, world: bool) -> Lab {
         let mut w = Lab::new();
         let p = w.profile("geo", Method::Geographic);
-        let mut by_code = HashMap::new();
+        let mut by_code = FastMap::default();
         for (i, (name, code)) in
             [("fr", "FR"), ("eu", "GEO-EU"), ("usca", "US-CA"), ("any", "WORLD")].iter().enumerate()
         {
