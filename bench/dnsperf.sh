@@ -755,9 +755,19 @@ if wants scale; then
   done
   if command -v curl >/dev/null; then
     echo "== reload through the admin API (POST /api/v1/reload returns when the new snapshot is live)"
-    for k in 1 2 3; do
+    reload() {  # reload LABEL: one timed POST, then the RSS once the old snapshot is freed
       t=$(curl -s -o /dev/null -w '%{time_total}' -X POST "http://127.0.0.1:$SCALE_ADMIN/api/v1/reload")
-      echo "   reload $k: $t s, RSS after $(($(rss_kb "${PID[sd-scale]}") / 1024)) MB"
+      sleep 1
+      echo "   reload, $1: $t s, RSS 1 s later $(($(rss_kb "${PID[sd-scale]}") / 1024)) MB"
+    }
+    # Unchanged files are taken over from the running configuration; an edited file is
+    # parsed again. A trailing comment changes a file's bytes, not its profiles.
+    files=("$WORK"/scale/profiles/*.yaml)
+    for k in 1 2 3; do reload "nothing changed ($k)"; done
+    for k in 1 2 3; do echo "# edit $k" >>"${files[0]}"; reload "one file edited ($k)"; done
+    for k in 1 2 3; do
+      for f in "${files[@]}"; do echo "# edit $k" >>"$f"; done
+      reload "all ${#files[@]} files edited ($k)"
     done
   fi
   # Every profile name once, shuffled: each query hits another profile.
