@@ -18,7 +18,9 @@ mod schedule;
 pub mod state;
 mod tls;
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -36,7 +38,7 @@ use crate::health::{HealthTable, HealthView, Status};
 use crate::snapshot::Snapshot;
 use check::{Check, Clients};
 use live::{KINDS, Live, Users, protocol_name};
-use plan::{Plan, User};
+use plan::{Placed, Plan, User};
 use schedule::Stats;
 
 /// What the admin API shows of one leaf endpoint.
@@ -65,19 +67,36 @@ struct Running {
     task: Option<JoinHandle<()>>,
 }
 
-/// A leaf endpoint of the adopted snapshot, for `endpoint_states`.
-struct Leaf {
-    user: User,
-    target: String,
-    table: Arc<HealthTable>,
-    live: Option<Arc<Live>>,
+/// A running probe's state, found by its key.
+#[derive(Clone)]
+struct ByKey(Arc<Live>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &ByKey) -> bool {
+        self.0.key == other.0.key
+    }
 }
 
-/// The leaves of the adopted snapshot, in order and by (profile, endpoint).
-#[derive(Default)]
+impl Eq for ByKey {}
+
+impl Hash for ByKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key.hash(state);
+    }
+}
+
+impl Borrow<ProbeKey> for ByKey {
+    fn borrow(&self) -> &ProbeKey {
+        &self.0.key
+    }
+}
+
+/// The adopted snapshot's plan, for `endpoint_states` and the next reload's plan.
 struct Leaves {
-    list: Vec<Leaf>,
-    index: HashMap<(Arc<str>, Arc<str>), usize>,
+    plan: Plan,
+    table: Arc<HealthTable>,
+    /// The running probes; rebuilt only when probes start or stop.
+    lives: Arc<HashSet<ByKey>>,
 }
 
 /// Runs the probes of the current snapshot. Queries never wait on it: they read the health
@@ -105,7 +124,11 @@ impl Prober {
             stats: Arc::new(Stats::default()),
             epoch: tokio::time::Instant::now(),
             running: Mutex::new(HashMap::new()),
-            leaves: ArcSwap::from_pointee(Leaves::default()),
+            leaves: ArcSwap::from_pointee(Leaves {
+                plan: Plan::default(),
+                table: snap.health.clone(),
+                lives: Arc::default(),
+            }),
         };
         let (_, started, _) = prober.switch(snap);
         tracing::info!(probes = started, "health prober started");
@@ -126,12 +149,34 @@ impl Prober {
 
     /// `adopt`, returning how many probes were kept, started and stopped.
     fn switch(&self, next: &Snapshot) -> (usize, usize, usize) {
-        let Plan { probes, leaves, stopped } = plan::plan(next);
-        for slot in stopped {
+        // Planning under the lock keeps concurrent switches from planning against the
+        // same previous plan.
+        let mut running = self.lock();
+        let previous = self.leaves.load_full();
+        let plan = plan::plan(next, &previous.plan);
+        for slot in plan.stopped() {
             next.health.set(slot, Status::Stopped);
         }
-        let mut running = self.lock();
         let before = running.len();
+        let kept = self.move_probes(&mut running, plan.probes(), &next.health);
+        let lives = if running.len() == kept && kept == before {
+            previous.lives.clone()
+        } else {
+            Arc::new(running.values().map(|r| ByKey(r.live.clone())).collect())
+        };
+        self.leaves.store(Arc::new(Leaves { plan, table: next.health.clone(), lives }));
+        self.retire(previous);
+        (kept, running.len() - kept, before - kept)
+    }
+
+    /// Stops the running probes `probes` no longer has, points the others at their new
+    /// users and starts the new ones; returns how many were kept.
+    fn move_probes(
+        &self,
+        running: &mut HashMap<ProbeKey, Running>,
+        probes: HashMap<&ProbeKey, Vec<User>>,
+        table: &Arc<HealthTable>,
+    ) -> usize {
         running.retain(|key, r| {
             let keep = probes.contains_key(key);
             if !keep {
@@ -142,17 +187,22 @@ impl Prober {
         });
         let kept = running.len();
         for (key, list) in probes {
-            let users = Users { table: next.health.clone(), list };
-            match running.get(&key) {
+            let users = Users { table: table.clone(), list };
+            match running.get(key) {
                 Some(r) => r.live.adopt(users),
                 None => {
                     let r = self.spawn(key.clone(), users);
-                    running.insert(key, r);
+                    running.insert(key.clone(), r);
                 }
             }
         }
-        self.leaves.store(Arc::new(Leaves::new(leaves, &running, &next.health)));
-        (kept, running.len() - kept, before - kept)
+        kept
+    }
+
+    /// Frees the replaced plan on a blocking thread: when much of the configuration
+    /// changed, that is many small frees the reload need not wait for.
+    fn retire(&self, previous: Arc<Leaves>) {
+        drop(self.runtime.spawn_blocking(move || drop(previous)));
     }
 
     fn spawn(&self, key: ProbeKey, users: Users) -> Running {
@@ -182,14 +232,18 @@ impl Prober {
     /// Every leaf (non-nested) endpoint of the current configuration, in profile and
     /// endpoint order, with its status and probe history.
     pub fn endpoint_states(&self) -> Vec<EndpointState> {
-        self.leaves.load().list.iter().map(Leaf::state).collect()
+        let leaves = self.leaves.load();
+        let profiles = leaves.plan.profiles.iter();
+        let all = profiles.flat_map(|p| p.leaves.leaves.iter().map(move |l| (p, l)));
+        all.map(|(p, l)| leaves.state(p, l)).collect()
     }
 
     /// One leaf endpoint's state, by absolute profile name and endpoint name.
     pub fn endpoint_state(&self, profile: &str, endpoint: &str) -> Option<EndpointState> {
         let leaves = self.leaves.load();
-        let i = *leaves.index.get(&(Arc::from(profile), Arc::from(endpoint)))?;
-        Some(leaves.list[i].state())
+        let p = &leaves.plan.profiles[*leaves.plan.index.get(profile)?];
+        let l = p.leaves.leaves.iter().find(|l| &*l.endpoint == endpoint)?;
+        Some(leaves.state(p, l))
     }
 
     /// Check durations so far, one histogram per protocol.
@@ -214,46 +268,23 @@ impl Prober {
 }
 
 impl Leaves {
-    fn new(
-        leaves: Vec<plan::Leaf>,
-        running: &HashMap<ProbeKey, Running>,
-        table: &Arc<HealthTable>,
-    ) -> Leaves {
-        let list: Vec<Leaf> = leaves
-            .into_iter()
-            .map(|l| Leaf {
-                target: l.target.to_string(),
-                live: l.probe.and_then(|k| running.get(&k).map(|r| r.live.clone())),
-                table: table.clone(),
-                user: l.user,
-            })
-            .collect();
-        let index = list
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((l.user.profile.clone(), l.user.endpoint.clone()), i))
-            .collect();
-        Leaves { list, index }
-    }
-}
-
-impl Leaf {
-    fn state(&self) -> EndpointState {
-        let (status, last_probe, last_change, results) = match &self.live {
+    fn state(&self, p: &Placed, leaf: &plan::Leaf) -> EndpointState {
+        let live = p.probe(leaf).and_then(|k| self.lives.get(k)).map(|b| &b.0);
+        let (status, last_probe, last_change, results) = match live {
             Some(live) => {
                 let v = live.view();
                 let results =
                     KINDS.iter().zip(v.counts).filter(|(_, n)| *n > 0).map(|(k, n)| (*k, n));
                 (v.status, v.last, v.change, results.collect())
             }
-            None => (self.table.status(self.user.slot), None, None, Vec::new()),
+            None => (self.table.status(p.slot(leaf)), None, None, Vec::new()),
         };
         EndpointState {
-            profile: self.user.profile.to_string(),
-            endpoint: self.user.endpoint.to_string(),
-            target: self.target.clone(),
+            profile: p.leaves.name.to_string(),
+            endpoint: leaf.endpoint.to_string(),
+            target: leaf.target.to_string(),
             status,
-            probed: self.live.is_some(),
+            probed: live.is_some(),
             last_probe,
             last_change,
             results,

@@ -4,7 +4,9 @@
 //! Pure, so what is shared and what is probed at all is tested without sockets. An
 //! endpoint is probed when it is a leaf (not nested), enabled, not `always_serve` and its
 //! profile is enabled; the endpoints of a disabled profile are reported `stopped` instead,
-//! since nothing can be served from them.
+//! since nothing can be served from them. A plan is built against the previous one and
+//! shares every profile that did not change, since reloads mostly change little and a
+//! fresh plan of 100k profiles costs ~100 ms of allocation.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::dns::name::WireName;
-use crate::model::{Monitor, Target};
+use crate::model::{Endpoint, Monitor, Profile, Target};
 use crate::snapshot::Snapshot;
 
 /// What a probe connects to: an address, or a host name resolved on every run.
@@ -48,56 +50,174 @@ pub struct User {
     pub slot: usize,
 }
 
-/// A leaf endpoint of the snapshot, in profile and endpoint order, with the probe (if any)
-/// that decides its status.
-#[derive(Clone, Debug)]
+/// A leaf endpoint of a profile, with the probe its monitor asks for (if any).
+#[derive(Debug)]
 pub struct Leaf {
-    pub user: User,
+    pub endpoint: Arc<str>,
     pub target: ProbeTarget,
+    /// Health slot, relative to the profile's first leaf, so that a profile keeps its
+    /// `Leaves` when profiles before it gain or lose endpoints.
+    pub offset: usize,
+    /// Set when the endpoint is monitored (enabled, not `always_serve`); it is probed only
+    /// if the profile is enabled too, and shown `stopped` otherwise.
     pub probe: Option<ProbeKey>,
 }
 
-/// The probes of a snapshot.
-#[derive(Debug, Default)]
-pub struct Plan {
-    pub probes: HashMap<ProbeKey, Vec<User>>,
+/// The leaf endpoints of one profile, in endpoint order. Shared by consecutive plans for
+/// as long as none of it changes: building it allocates, comparing it does not.
+#[derive(Debug)]
+pub struct Leaves {
+    pub name: Arc<str>,
+    pub enabled: bool,
     pub leaves: Vec<Leaf>,
-    /// Slots of monitored endpoints in disabled profiles: never probed, shown `stopped`.
-    pub stopped: Vec<usize>,
 }
 
-pub fn plan(snap: &Snapshot) -> Plan {
-    let mut out = Plan::default();
-    for p in &snap.profiles {
-        let profile: Arc<str> = Arc::from(p.name.as_str());
-        for ep in &p.endpoints {
-            let target = match &ep.target {
-                Target::V4(ip) => ProbeTarget::Ip(IpAddr::V4(*ip)),
-                Target::V6(ip) => ProbeTarget::Ip(IpAddr::V6(*ip)),
-                Target::Host(name) => ProbeTarget::Host(name.clone()),
-                Target::Nested(_) => continue,
-            };
-            let user = User {
-                profile: profile.clone(),
-                endpoint: Arc::from(ep.name.as_str()),
-                slot: ep.health_slot,
-            };
-            let monitor = ep.monitor.as_ref().filter(|_| ep.enabled && !ep.always_serve);
-            let key = match monitor {
-                Some(_) if !p.enabled => {
-                    out.stopped.push(ep.health_slot);
-                    None
-                }
-                Some(m) => Some(ProbeKey { target: target.clone(), monitor: m.clone() }),
-                None => None,
-            };
-            if let Some(key) = &key {
-                out.probes.entry(key.clone()).or_default().push(user.clone());
+/// A profile's `Leaves` where the snapshot puts them: `base` is the first leaf's slot.
+#[derive(Clone, Debug)]
+pub struct Placed {
+    pub base: usize,
+    /// Whether any leaf has a monitor: lets `probes` and `stopped` skip the others without
+    /// reading their `Leaves`.
+    pub monitored: bool,
+    pub leaves: Arc<Leaves>,
+}
+
+impl Placed {
+    pub fn slot(&self, leaf: &Leaf) -> usize {
+        self.base.wrapping_add(leaf.offset)
+    }
+
+    /// The probe deciding `leaf`'s status: none when its profile is disabled.
+    pub fn probe<'a>(&self, leaf: &'a Leaf) -> Option<&'a ProbeKey> {
+        leaf.probe.as_ref().filter(|_| self.leaves.enabled)
+    }
+}
+
+/// The probes of a snapshot, as its profiles' leaves. Each reload plans against the
+/// previous plan and takes over every profile whose leaves did not change, so a reload
+/// costs a comparison per endpoint and allocations only for what changed.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// In snapshot order (profiles without leaves included).
+    pub profiles: Vec<Placed>,
+    /// Position in `profiles` by absolute name; shared while no profile moved.
+    pub index: Arc<HashMap<Arc<str>, usize>>,
+}
+
+/// Plans `snap`, taking over what it can from `previous`.
+pub fn plan(snap: &Snapshot, previous: &Plan) -> Plan {
+    let mut moved = snap.profiles.len() != previous.profiles.len();
+    let mut profiles = Vec::with_capacity(snap.profiles.len());
+    for (i, p) in snap.profiles.iter().enumerate() {
+        let old = match previous.profiles.get(i) {
+            Some(o) if *o.leaves.name == *p.name => Some(o),
+            _ => {
+                moved = true;
+                previous.index.get(p.name.as_str()).map(|&j| &previous.profiles[j])
             }
-            out.leaves.push(Leaf { user, target, probe: key });
+        };
+        let kept = old.and_then(|o| Some(Placed { base: unchanged(&o.leaves, p)?, ..o.clone() }));
+        profiles.push(kept.unwrap_or_else(|| build(p)));
+    }
+    let index = if moved {
+        let names = profiles.iter().enumerate().map(|(i, p)| (p.leaves.name.clone(), i));
+        Arc::new(names.collect())
+    } else {
+        previous.index.clone()
+    };
+    Plan { profiles, index }
+}
+
+impl Plan {
+    /// Every probe to run, with the endpoints whose slots it writes.
+    pub fn probes(&self) -> HashMap<&ProbeKey, Vec<User>> {
+        let mut out: HashMap<&ProbeKey, Vec<User>> = HashMap::new();
+        for placed in self.profiles.iter().filter(|p| p.monitored && p.leaves.enabled) {
+            let p = &placed.leaves;
+            for leaf in &p.leaves {
+                let Some(key) = placed.probe(leaf) else { continue };
+                let user = User {
+                    profile: p.name.clone(),
+                    endpoint: leaf.endpoint.clone(),
+                    slot: placed.slot(leaf),
+                };
+                out.entry(key).or_default().push(user);
+            }
+        }
+        out
+    }
+
+    /// Slots of monitored endpoints in disabled profiles: never probed, shown `stopped`.
+    pub fn stopped(&self) -> impl Iterator<Item = usize> + '_ {
+        let disabled = self.profiles.iter().filter(|p| p.monitored && !p.leaves.enabled);
+        disabled
+            .flat_map(|p| p.leaves.leaves.iter().filter(|l| l.probe.is_some()).map(|l| p.slot(l)))
+    }
+}
+
+/// The probe target of a leaf endpoint; `None` for a nested one.
+fn leaf_target(target: &Target) -> Option<ProbeTarget> {
+    match target {
+        Target::V4(ip) => Some(ProbeTarget::Ip(IpAddr::V4(*ip))),
+        Target::V6(ip) => Some(ProbeTarget::Ip(IpAddr::V6(*ip))),
+        Target::Host(name) => Some(ProbeTarget::Host(name.clone())),
+        Target::Nested(_) => None,
+    }
+}
+
+/// `leaf_target(t) == Some(probe)`, without cloning a host name.
+fn same_target(probe: &ProbeTarget, t: &Target) -> bool {
+    match (probe, t) {
+        (ProbeTarget::Ip(IpAddr::V4(a)), Target::V4(b)) => a == b,
+        (ProbeTarget::Ip(IpAddr::V6(a)), Target::V6(b)) => a == b,
+        (ProbeTarget::Host(a), Target::Host(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// The monitor that probes `ep`, whether or not its profile is enabled.
+fn monitor(ep: &Endpoint) -> Option<&Monitor> {
+    ep.monitor.as_ref().filter(|_| ep.enabled && !ep.always_serve)
+}
+
+/// The base slot `p` puts `old` at, if `old` still describes `p` exactly.
+fn unchanged(old: &Leaves, p: &Profile) -> Option<usize> {
+    if old.enabled != p.enabled || *old.name != *p.name {
+        return None;
+    }
+    let mut olds = old.leaves.iter();
+    let mut base = None;
+    for ep in p.endpoints.iter().filter(|e| !matches!(e.target, Target::Nested(_))) {
+        let l = olds.next()?;
+        let base = *base.get_or_insert(ep.health_slot.wrapping_sub(l.offset));
+        let same = *l.endpoint == *ep.name
+            && base.wrapping_add(l.offset) == ep.health_slot
+            && same_target(&l.target, &ep.target)
+            && l.probe.as_ref().map(|k| &k.monitor) == monitor(ep);
+        if !same {
+            return None;
         }
     }
-    out
+    olds.next().is_none().then_some(base.unwrap_or(0))
+}
+
+fn build(p: &Profile) -> Placed {
+    let mut base = None;
+    let mut leaves = Vec::new();
+    for ep in &p.endpoints {
+        let Some(target) = leaf_target(&ep.target) else { continue };
+        let base = *base.get_or_insert(ep.health_slot);
+        let probe = monitor(ep).map(|m| ProbeKey { target: target.clone(), monitor: m.clone() });
+        leaves.push(Leaf {
+            endpoint: Arc::from(ep.name.as_str()),
+            target,
+            offset: ep.health_slot.wrapping_sub(base),
+            probe,
+        });
+    }
+    let monitored = leaves.iter().any(|l| l.probe.is_some());
+    let leaves = Leaves { name: Arc::from(p.name.as_str()), enabled: p.enabled, leaves };
+    Placed { base: base.unwrap_or(0), monitored, leaves: Arc::new(leaves) }
 }
 
 #[cfg(test)]
@@ -132,11 +252,11 @@ mod tests {
              ---\nname: c\nrouting: priority\nenabled: false\nendpoints:\n\
              \x20 - { name: sleeping, target: 192.0.2.1 }\n",
         );
-        let plan = plan(&snap);
+        let plan = plan(&snap, &Plan::default());
         let names = |users: &[User]| -> Vec<String> {
             users.iter().map(|u| format!("{}/{}", u.profile, u.endpoint)).collect()
         };
-        let mut shared: Vec<Vec<String>> = plan.probes.values().map(|u| names(u)).collect();
+        let mut shared: Vec<Vec<String>> = plan.probes().values().map(|u| names(u)).collect();
         shared.sort();
         assert_eq!(
             shared,
@@ -148,16 +268,67 @@ mod tests {
             ]
         );
         // Every leaf is listed (the nested one is not a leaf), probed or not.
-        let leaves: Vec<(String, bool)> = plan
-            .leaves
-            .iter()
-            .map(|l| (format!("{}/{}", l.user.profile, l.user.endpoint), l.probe.is_some()))
-            .collect();
+        let leaves = listed(&plan);
         assert_eq!(leaves.len(), 8);
-        assert!(leaves.contains(&("a.tm.example.test./off".into(), false)));
-        assert!(leaves.contains(&("a.tm.example.test./always".into(), false)));
-        assert!(leaves.contains(&("c.tm.example.test./sleeping".into(), false)));
-        let sleeping = plan.leaves.iter().find(|l| &*l.user.endpoint == "sleeping").unwrap();
-        assert_eq!(plan.stopped, vec![sleeping.user.slot]);
+        assert!(leaves.contains(&("a.tm.example.test./off".into(), false, 2)));
+        assert!(leaves.contains(&("a.tm.example.test./always".into(), false, 3)));
+        let sleeping = ("c.tm.example.test./sleeping".to_string(), false, 7);
+        assert!(leaves.contains(&sleeping));
+        assert_eq!(plan.stopped().collect::<Vec<_>>(), vec![sleeping.2]);
+    }
+
+    /// (profile/endpoint, probed, slot) of every leaf.
+    fn listed(plan: &Plan) -> Vec<(String, bool, usize)> {
+        let mut out = Vec::new();
+        for p in &plan.profiles {
+            for l in &p.leaves.leaves {
+                let name = format!("{}/{}", p.leaves.name, l.endpoint);
+                out.push((name, p.probe(l).is_some(), p.slot(l)));
+            }
+        }
+        out
+    }
+
+    fn profile<'a>(plan: &'a Plan, name: &str) -> &'a Placed {
+        &plan.profiles[plan.index[name]]
+    }
+
+    const THREE: &str = "name: a\nrouting: priority\nmonitor: { interval: 5s }\nendpoints:\n\
+        \x20 - { name: one, target: 192.0.2.1 }\n\
+        ---\nname: b\nrouting: priority\nmonitor: { interval: 5s }\nendpoints:\n\
+        \x20 - { name: two, target: 192.0.2.2 }\n\x20 - { name: host, target: www.example.net. }\n\
+        ---\nname: c\nrouting: priority\nendpoints:\n\x20 - { name: three, target: 192.0.2.3 }\n";
+
+    #[test]
+    fn unchanged_profiles_are_taken_over() {
+        let first = plan(&load(THREE), &Plan::default());
+        // The same configuration again: nothing is rebuilt, not even the index.
+        let again = plan(&load(THREE), &first);
+        assert!(Arc::ptr_eq(&first.index, &again.index));
+        for (a, b) in first.profiles.iter().zip(&again.profiles) {
+            assert!(Arc::ptr_eq(&a.leaves, &b.leaves));
+        }
+        assert_eq!(listed(&first), listed(&again));
+        // `a` gains an endpoint: it is rebuilt; `b` and `c` are kept, at shifted slots.
+        let grown = THREE.replace(
+            "\x20 - { name: one, target: 192.0.2.1 }\n",
+            "\x20 - { name: one, target: 192.0.2.1 }\n\x20 - { name: new, target: 192.0.2.9 }\n",
+        );
+        let next = plan(&load(&grown), &again);
+        let (a, b, c) = ("a.tm.example.test.", "b.tm.example.test.", "c.tm.example.test.");
+        assert!(!Arc::ptr_eq(&profile(&again, a).leaves, &profile(&next, a).leaves));
+        assert!(Arc::ptr_eq(&profile(&again, b).leaves, &profile(&next, b).leaves));
+        assert!(Arc::ptr_eq(&profile(&again, c).leaves, &profile(&next, c).leaves));
+        assert_eq!(profile(&next, b).base, profile(&again, b).base + 1);
+        let fresh = plan(&load(&grown), &Plan::default());
+        assert_eq!(listed(&next), listed(&fresh));
+        // A changed monitor is a change too.
+        let slower = grown.replace(
+            "name: b\nrouting: priority\nmonitor: { interval: 5s }",
+            "name: b\nrouting: priority\nmonitor: { interval: 7s }",
+        );
+        let last = plan(&load(&slower), &next);
+        assert!(!Arc::ptr_eq(&profile(&next, b).leaves, &profile(&last, b).leaves));
+        assert!(Arc::ptr_eq(&profile(&next, c).leaves, &profile(&last, c).leaves));
     }
 }
