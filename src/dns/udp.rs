@@ -19,6 +19,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
 use super::responder::{Transport, respond};
+use crate::metrics::Tally;
 use crate::snapshot::Snapshot;
 
 /// Packets taken per system call.
@@ -50,6 +51,7 @@ pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<UdpSocket>> {
 pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: CancellationToken) {
     let mut worker = Worker::new();
     let mut rng = SmallRng::from_os_rng();
+    let mut tally = Tally::default();
     while !cancel.is_cancelled() {
         let n = match worker.receive(&sock) {
             Ok(n) => n,
@@ -80,11 +82,12 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             if let Some(outcome) =
                 respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out)
             {
-                snap.counters.record(&outcome);
+                tally.add(&snap.counters, &outcome);
                 worker.dest[replies] = src;
                 replies += 1;
             }
         }
+        tally.flush(&snap.counters);
         if let Err(e) = worker.send(&sock, replies) {
             tracing::debug!(error = %e, "udp send failed");
         }
