@@ -47,17 +47,20 @@ pub struct Request<'a> {
     pub cd: bool,
     /// The question as sent: QNAME, QTYPE, QCLASS.
     pub question: &'a [u8],
-    /// QNAME lower-cased, wire format.
-    pub qname: ArrayVec<u8, 255>,
+    /// QNAME lower-cased, wire format (in the caller's `NameBuf`).
+    pub qname: &'a [u8],
     pub qtype: u16,
     pub qclass: u16,
     pub edns: Option<Edns>,
 }
 
-/// What to do with a packet. The query variant is large (the lower-cased name lives
-/// inline) on purpose: boxing it would allocate per query.
+/// Where `parse` writes the lower-cased QNAME. The caller owns it so that the name is
+/// written once, in place: returned inside the result, its 255 bytes were copied several
+/// times per query (the largest user-space cost of answering a static name).
+pub type NameBuf = ArrayVec<u8, 255>;
+
+/// What to do with a packet.
 #[derive(Clone, Debug)]
-#[allow(clippy::large_enum_variant)]
 pub enum Parsed<'a> {
     Query(Request<'a>),
     /// Reply with only this RCODE, echoing the question when it could be read.
@@ -76,7 +79,7 @@ pub enum Parsed<'a> {
 
 struct Bad;
 
-pub fn parse(p: &[u8]) -> Parsed<'_> {
+pub fn parse<'a>(p: &'a [u8], name: &'a mut NameBuf) -> Parsed<'a> {
     if p.len() < 12 || p[2] & 0x80 != 0 {
         return Parsed::Drop;
     }
@@ -90,7 +93,7 @@ pub fn parse(p: &[u8]) -> Parsed<'_> {
         let rcode = if opcode == 0 { RCODE_FORMERR } else { RCODE_NOTIMP };
         return error(rcode, None, false);
     }
-    let Ok((qname, qend)) = read_qname(p, 12) else {
+    let Ok(qend) = read_qname(p, 12, name) else {
         return error(RCODE_FORMERR, None, false);
     };
     if p.len() < qend + 4 {
@@ -106,12 +109,14 @@ pub fn parse(p: &[u8]) -> Parsed<'_> {
         Ok(edns) => edns,
         Err((Bad, opt)) => return error(RCODE_FORMERR, Some(question), opt),
     };
-    Parsed::Query(Request { id, rd, cd: p[3] & 0x10 != 0, question, qname, qtype, qclass, edns })
+    let cd = p[3] & 0x10 != 0;
+    Parsed::Query(Request { id, rd, cd, question, qname: name, qtype, qclass, edns })
 }
 
-/// Reads the question name (no compression allowed there) into lower case.
-fn read_qname(p: &[u8], mut pos: usize) -> Result<(ArrayVec<u8, 255>, usize), Bad> {
-    let mut out = ArrayVec::new();
+/// Reads the question name (no compression allowed there) into `out`, lower-cased;
+/// returns the position after it.
+fn read_qname(p: &[u8], mut pos: usize, out: &mut NameBuf) -> Result<usize, Bad> {
+    out.clear();
     loop {
         let len = *p.get(pos).ok_or(Bad)? as usize;
         if len > 63 {
@@ -124,7 +129,7 @@ fn read_qname(p: &[u8], mut pos: usize) -> Result<(ArrayVec<u8, 255>, usize), Ba
         out.extend(label.iter().map(u8::to_ascii_lowercase));
         pos += 1 + len;
         if len == 0 {
-            return Ok((out, pos));
+            return Ok(pos);
         }
     }
 }
@@ -271,8 +276,9 @@ mod tests {
     #[test]
     fn plain_query_lowercases_and_keeps_raw_question() {
         let q = query(WWW, &[], 0);
-        let Parsed::Query(r) = parse(&q) else { panic!() };
-        assert_eq!(&r.qname[..], b"\x03www\x07example\x04test\x00");
+        let mut name = NameBuf::new();
+        let Parsed::Query(r) = parse(&q, &mut name) else { panic!() };
+        assert_eq!(r.qname, b"\x03www\x07example\x04test\x00");
         assert_eq!(&r.question[..4], b"\x03WwW");
         assert_eq!((r.id, r.qtype, r.qclass, r.rd), (0x1234, 1, 1, true));
         assert!(r.edns.is_none());
@@ -296,7 +302,7 @@ mod tests {
         ];
         for (i, (fam, src, scope, addr, ok)) in cases.iter().enumerate() {
             let q = query(WWW, &ecs_opt(*fam, *src, *scope, addr), 1);
-            match parse(&q) {
+            match parse(&q, &mut NameBuf::new()) {
                 Parsed::Query(r) => assert!(ok, "case {i} accepted: {:?}", r.edns),
                 Parsed::Error { rcode, opt, .. } => {
                     assert!(!ok, "case {i} rejected");
@@ -323,15 +329,16 @@ mod tests {
             (query(WWW, &[], 1), Some(RCODE_FORMERR)),
         ];
         for (i, (pkt, want)) in cases.iter().enumerate() {
-            let got = parse(pkt);
+            let mut name = NameBuf::new();
+            let got = parse(pkt, &mut name);
             assert_eq!(rcode(&got), *want, "case {i}: {got:?}");
         }
         let mut response = query(WWW, &[], 0);
         response[2] |= 0x80;
-        assert!(matches!(parse(&response), Parsed::Drop));
+        assert!(matches!(parse(&response, &mut NameBuf::new()), Parsed::Drop));
         let mut notify = query(WWW, &[], 0);
         notify[2] = 4 << 3;
-        assert_eq!(rcode(&parse(&notify)), Some(RCODE_NOTIMP));
+        assert_eq!(rcode(&parse(&notify, &mut NameBuf::new())), Some(RCODE_NOTIMP));
     }
 
     #[test]
@@ -340,7 +347,8 @@ mod tests {
         opt[6] = 1; // version 1
         opt[7] = 0x80; // DO
         let q = query(WWW, &opt, 1);
-        let Parsed::Query(r) = parse(&q) else { panic!() };
+        let mut name = NameBuf::new();
+        let Parsed::Query(r) = parse(&q, &mut name) else { panic!() };
         let e = r.edns.unwrap();
         assert_eq!((e.payload, e.version, e.dnssec_ok, e.ecs), (1232, 1, true, None));
     }

@@ -55,7 +55,8 @@ pub fn respond<R: Rng + ?Sized>(
     rng: &mut R,
     out: &mut Vec<u8>,
 ) -> Option<Outcome> {
-    match request::parse(query) {
+    let mut name = request::NameBuf::new();
+    match request::parse(query, &mut name) {
         Parsed::Drop => None,
         Parsed::Error { id, opcode, rd, rcode, question, opt } => {
             let h = Header { id, opcode, aa: false, rd, cd: false, rcode };
@@ -144,13 +145,13 @@ fn answer<R: Rng + ?Sized>(
     if req.qtype == TYPE_OPT {
         return simple(out, request::RCODE_FORMERR, 0);
     }
-    let Some((zi, zone, origin_at)) = snap.find_zone(&req.qname) else {
+    let Some((zi, zone, origin_at)) = snap.find_zone(req.qname) else {
         return simple(out, request::RCODE_REFUSED, 0);
     };
     outcome.zone = Some(zi);
     let client = client_of(req, src);
     let apex = Owner::At(QNAME_AT + origin_at);
-    let Some(node) = zone.node(&req.qname) else {
+    let Some(node) = zone.node(req.qname) else {
         return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
     };
     if let Some(pid) = node.profile {
