@@ -103,7 +103,7 @@ pub struct Group {
 }
 
 /// What an endpoint answers with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
     V4(Ipv4Addr),
     V6(Ipv6Addr),
@@ -127,7 +127,7 @@ impl Target {
 }
 
 /// The parent-side settings of a nested endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Nested {
     pub child: ProfileId,
     pub min_child: u32,

@@ -254,18 +254,9 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
         (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
             .hash(&mut h);
         for e in &p.endpoints {
-            (&e.name, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor).hash(&mut h);
-            hash_target(&e.target, &mut h);
+            (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
+                .hash(&mut h);
         }
     }
     h.finish()
-}
-
-fn hash_target(t: &Target, h: &mut impl Hasher) {
-    match t {
-        Target::V4(a) => (0u8, a).hash(h),
-        Target::V6(a) => (1u8, a).hash(h),
-        Target::Host(n) => (2u8, n).hash(h),
-        Target::Nested(n) => (3u8, n.child, n.min_child, n.min_child_v4, n.min_child_v6).hash(h),
-    }
 }
