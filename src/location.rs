@@ -7,7 +7,7 @@ use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::geo::{GeoDb, LatencyTable, Location, Metric, Place, Regions, RowMatch};
+use crate::geo::{Chain, GeoDb, LatencyTable, Location, Metric, Place, PlaceId, Regions, RowMatch};
 use crate::netrange::RangeMap;
 
 /// The location data of one configuration.
@@ -19,18 +19,28 @@ pub struct World {
     /// `topology.zones`: client networks → zone index.
     pub topology: RangeMap<usize>,
     pub zone_names: Vec<String>,
+    /// The region chain of every place of `db`, by place id: geographic routing walks it
+    /// instead of looking codes up per query.
+    chains: Vec<Chain>,
 }
 
 impl World {
+    pub fn new(
+        db: Option<GeoDb>,
+        regions: Arc<Regions>,
+        latency: Option<LatencyTable>,
+        topology: RangeMap<usize>,
+        zone_names: Vec<String>,
+    ) -> World {
+        let chains = db.as_ref().map_or_else(Vec::new, |db| {
+            db.places().ids().map(|(_, place)| chain_of(&regions, place)).collect()
+        });
+        World { db, regions, latency, topology, zone_names, chains }
+    }
+
     /// No geo database, no latency table, no topology; the built-in region hierarchy.
     pub fn empty() -> World {
-        World {
-            db: None,
-            regions: Regions::builtin(),
-            latency: None,
-            topology: RangeMap::default(),
-            zone_names: Vec::new(),
-        }
+        World::new(None, Regions::builtin(), None, RangeMap::default(), Vec::new())
     }
 
     /// Looks `addr` up in the geo database: the location and the prefix length of the
@@ -45,11 +55,33 @@ impl World {
         }
     }
 
-    /// The country and subdivision of `addr` and the widest block around it at that place
-    /// (0 bits without a database).
-    pub fn place(&self, addr: IpAddr) -> (Option<Place>, u8) {
-        self.db.as_ref().map_or((None, 0), |db| db.place(addr))
+    /// The place of `addr` and the widest block around it at that place (0 bits without a
+    /// database).
+    fn place(&self, addr: IpAddr) -> PlaceHit {
+        match &self.db {
+            Some(db) => {
+                let (id, len) = db.places().lookup_id(addr);
+                PlaceHit { place: db.places().get(id), id: Some(id), len }
+            }
+            None => PlaceHit { place: None, id: None, len: 0 },
+        }
     }
+}
+
+/// The region ids to try for a place, most specific first.
+fn chain_of(regions: &Regions, place: Option<Place>) -> Chain {
+    let country = place.as_ref().and_then(|p| p.country);
+    let sub = place.as_ref().and_then(|p| p.subdivision);
+    regions.chain_ids(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()))
+}
+
+/// A client's place: `id` indexes the world's per-place tables; clients whose location was
+/// given rather than looked up have none.
+#[derive(Clone, Copy, Debug)]
+struct PlaceHit {
+    place: Option<Place>,
+    id: Option<PlaceId>,
+    len: u8,
 }
 
 /// A client's location and how many address bits decided it.
@@ -66,7 +98,7 @@ pub struct Client {
     pub addr: IpAddr,
     pub prefix: u8,
     located: OnceCell<Located>,
-    place: OnceCell<(Option<Place>, u8)>,
+    place: OnceCell<PlaceHit>,
 }
 
 impl Client {
@@ -84,7 +116,8 @@ impl Client {
     pub fn at(addr: IpAddr, located: Located) -> Client {
         let c = Client::from_addr(addr);
         let _ = c.located.set(located);
-        let _ = c.place.set((located.location.map(|l| l.place()), located.prefix));
+        let place = located.location.map(|l| l.place());
+        let _ = c.place.set(PlaceHit { place, id: None, len: located.prefix });
         c
     }
 
@@ -99,8 +132,23 @@ impl Client {
     /// The client's country and subdivision, looked up on first use, and how many address
     /// bits decided them (never more than the client told us).
     pub fn place(&self, world: &World) -> (Option<Place>, u8) {
-        let (place, len) = *self.place.get_or_init(|| world.place(self.addr));
-        (place, len.min(self.prefix))
+        let hit = self.place_hit(world);
+        (hit.place, hit.len.min(self.prefix))
+    }
+
+    /// The region ids to try for the client's place, most specific first, and the scope
+    /// as for `place`.
+    pub fn region_chain(&self, world: &World) -> (Chain, u8) {
+        let hit = self.place_hit(world);
+        let chain = match hit.id.and_then(|id| world.chains.get(id as usize)) {
+            Some(chain) => *chain,
+            None => chain_of(&world.regions, hit.place),
+        };
+        (chain, hit.len.min(self.prefix))
+    }
+
+    fn place_hit(&self, world: &World) -> PlaceHit {
+        *self.place.get_or_init(|| world.place(self.addr))
     }
 }
 

@@ -7,7 +7,6 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use crate::FastMap;
 use crate::dns::name::WireName;
 use crate::netrange::RangeMap;
 
@@ -64,8 +63,9 @@ pub enum Rules {
     #[default]
     Plain,
     Geographic {
-        /// Region code (canonical, e.g. `US-CA`, `GEO-EU`) → endpoint index; enabled only.
-        by_code: FastMap<Box<str>, usize>,
+        /// Region (`US-CA`, `GEO-EU`, … as ids of the world's hierarchy) → endpoint
+        /// index; enabled endpoints only.
+        by_region: crate::geo::ByRegion,
         /// `degraded_match: fallback`.
         fallback_on_degraded: bool,
     },

@@ -289,6 +289,41 @@ fn places_agree_with_full_lookups_and_merge_to_wider_blocks() {
 }
 
 #[test]
+fn the_worlds_region_chain_per_place_matches_the_full_lookup() {
+    // Geographic routing reads a chain precomputed per place; it must be the chain the
+    // client's full record gives, for every address, with the place's scope.
+    let dir = tempfile::tempdir().unwrap();
+    let db = GeoDb::open(&build_sample(dir.path())).unwrap();
+    let regions = steerdns::geo::Regions::builtin();
+    let world = steerdns::location::World::new(
+        Some(db.clone()),
+        regions.clone(),
+        None,
+        Default::default(),
+        Vec::new(),
+    );
+    let mut seen_subdivision = false;
+    for base in ["192.0.2", "198.51.100", "203.0.113", "100.64.6", "192.0.3"] {
+        for h in (0..=255).step_by(5) {
+            let addr = ip(&format!("{base}.{h}"));
+            let (full, _) = db.lookup_scoped(addr);
+            let country = full.and_then(|l| l.country);
+            let sub = full.and_then(|l| l.subdivision);
+            let want = regions
+                .chain_ids(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()));
+            let client = steerdns::location::Client::new(addr, 24);
+            let (chain, scope) = client.region_chain(&world);
+            assert_eq!(chain, want, "{addr}");
+            assert_eq!(scope, db.place(addr).1.min(24), "{addr}");
+            let codes: Vec<&str> = chain.ids().iter().map(|&i| regions.code(i)).collect();
+            assert_eq!(codes.last(), Some(&"WORLD"), "{addr}");
+            seen_subdivision |= codes.len() == 4;
+        }
+    }
+    assert!(seen_subdivision, "the sample has subdivisions the hierarchy knows");
+}
+
+#[test]
 fn ipv4_lives_in_the_ipv6_trees_96_subtree() {
     let dir = tempfile::tempdir().unwrap();
     let path = build_sample(dir.path());

@@ -8,7 +8,7 @@ use super::check::int_or;
 use super::error::Pos;
 use super::profiles::Builder;
 use super::raw::{RawEndpoint, RawGroup, RawProfile, S};
-use crate::FastMap;
+use crate::geo::{ByRegion, RegionId};
 use crate::model::{Endpoint, Group, Method, Rules, Target};
 use crate::netrange::{Range, RangeMap};
 
@@ -77,33 +77,34 @@ impl Builder<'_, '_> {
     }
 
     fn geographic(&mut self, eps: &RawEndpoints, endpoints: &[Endpoint], fallback: bool) -> Rules {
-        let mut by_code: FastMap<Box<str>, usize> = FastMap::default();
-        let mut owner: HashMap<String, &str> = HashMap::new();
+        let regions = &self.world.regions;
+        let mut by_region = Vec::new();
+        let mut owner: HashMap<RegionId, &str> = HashMap::new();
         for (i, ep) in eps.value.iter().enumerate() {
             let Some(codes) = &ep.value.geo else {
                 self.sink.on(ep, "geographic endpoints need geo: (region codes)");
                 continue;
             };
             for code in &codes.value {
-                let Some(canon) = self.world.regions.canonical(code.value.trim()) else {
+                let Some(id) = regions.id(code.value.trim()) else {
                     self.sink.on(code, format!("unknown region code {:?}", code.value));
                     continue;
                 };
-                let canon = canon.to_string();
-                if let Some(other) = owner.get(&canon) {
+                if let Some(other) = owner.get(&id) {
+                    let canon = regions.code(id);
                     self.sink.on(
                         code,
                         format!("region code {canon} is already mapped to endpoint {other}"),
                     );
                     continue;
                 }
-                owner.insert(canon.clone(), &ep.value.name.value);
+                owner.insert(id, &ep.value.name.value);
                 if endpoints[i].enabled {
-                    by_code.insert(canon.into_boxed_str(), i);
+                    by_region.push((id, i));
                 }
             }
         }
-        Rules::Geographic { by_code, fallback_on_degraded: fallback }
+        Rules::Geographic { by_region: ByRegion::new(by_region), fallback_on_degraded: fallback }
     }
 
     fn subnet(

@@ -29,7 +29,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> World {
         }
     });
     let (topology, zone_names) = topology(sink, raw);
-    World { db, regions, latency, topology, zone_names }
+    World::new(db, regions, latency, topology, zone_names)
 }
 
 /// `topology.zones`: each zone's networks; networks may not overlap across zones.

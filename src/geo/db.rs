@@ -222,6 +222,11 @@ impl GeoDb {
         self.inner.places.lookup(ip)
     }
 
+    /// The compiled places behind `place`, for per-place tables (`places().lookup_id`).
+    pub fn places(&self) -> &Places {
+        &self.inner.places
+    }
+
     /// Distinct places and the merged trie's node count.
     pub fn place_size(&self) -> (usize, usize) {
         self.inner.places.size()

@@ -20,8 +20,8 @@ use std::fmt;
 pub use build::{BuildError, BuildSummary, build};
 pub use db::{DbInfo, GeoDb, GeoError, Location};
 pub use latency::{LatencyTable, Metric, Region, Row, RowFrom, RowMatch, great_circle_km};
-pub use places::{Place, Places};
-pub use regions::{RegionKind, Regions};
+pub use places::{Place, PlaceId, Places};
+pub use regions::{ByRegion, Chain, RegionId, RegionKind, Regions};
 
 /// A short region code held inline (continent `EU`, country `FR`, subdivision `ENG`), so a
 /// `Location` is `Copy` and looking one up never allocates. Always upper case ASCII.

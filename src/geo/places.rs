@@ -20,6 +20,9 @@ pub struct Place {
     pub subdivision: Option<Code>,
 }
 
+/// A place's index in one database's `Places`: 0 is "no data", the rest are dense.
+pub type PlaceId = u32;
+
 /// A child link: a node index, or `LEAF | place id`.
 const LEAF: u32 = 1 << 31;
 
@@ -97,12 +100,27 @@ impl PlacesBuilder {
 impl Places {
     /// The place of `ip` (`None`: no data) and how many leading bits decided it.
     pub fn lookup(&self, ip: IpAddr) -> (Option<Place>, u8) {
-        let (id, len) = match ip.to_canonical() {
+        let (id, len) = self.lookup_id(ip);
+        (self.get(id), len)
+    }
+
+    /// `lookup` as a place id: ids are dense, so callers can keep per-place data in a
+    /// vector (`ids()`) and skip the place itself.
+    pub fn lookup_id(&self, ip: IpAddr) -> (PlaceId, u8) {
+        match ip.to_canonical() {
             IpAddr::V4(a) => self.v4.lookup(u128::from(a.to_bits()) << 96),
             IpAddr::V6(a) => self.v6.lookup(a.to_bits()),
-        };
-        let place = (id != NO_DATA).then(|| self.places[id as usize]);
-        (place, len)
+        }
+    }
+
+    /// The place an id names (`None` for the "no data" id).
+    pub fn get(&self, id: PlaceId) -> Option<Place> {
+        (id != NO_DATA).then(|| self.places[id as usize])
+    }
+
+    /// Every id `lookup_id` can return, with its place.
+    pub fn ids(&self) -> impl Iterator<Item = (PlaceId, Option<Place>)> + '_ {
+        (0..self.places.len() as PlaceId).map(|id| (id, self.get(id)))
     }
 
     /// Distinct places and trie nodes after merging, for logs and tests.

@@ -28,6 +28,41 @@ const BUILTIN_YAML: &str = include_str!("../../geo-data/regions.yaml");
 /// this size, so matching a query never allocates.
 const MAX_CODE: usize = 16;
 
+/// A region's index in its hierarchy: a two-byte key for the per-profile maps, which hold
+/// one entry per mapped code. Loading refuses hierarchies with more entries than fit.
+pub type RegionId = u16;
+
+/// The region ids to try for one place, most specific first: at most subdivision, country,
+/// grouping and WORLD, held inline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chain {
+    ids: [RegionId; 4],
+    len: u8,
+}
+
+impl Chain {
+    pub fn ids(&self) -> &[RegionId] {
+        &self.ids[..usize::from(self.len)]
+    }
+}
+
+/// Region id → endpoint index for one profile, sorted by id: a few entries at most, so a
+/// binary search beats hashing the code strings on every query.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ByRegion(Box<[(RegionId, usize)]>);
+
+impl ByRegion {
+    /// Ids must be distinct (the config check rejects a code mapped twice).
+    pub fn new(mut entries: Vec<(RegionId, usize)>) -> ByRegion {
+        entries.sort_unstable();
+        ByRegion(entries.into_boxed_slice())
+    }
+
+    pub fn get(&self, id: RegionId) -> Option<usize> {
+        self.0.binary_search_by_key(&id, |e| e.0).ok().map(|k| self.0[k].1)
+    }
+}
+
 /// What level of the hierarchy a code names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RegionKind {
@@ -104,6 +139,14 @@ impl Regions {
             b.subdivision(code, name);
         }
         let regions = b.regions;
+        if regions.entries.len() > usize::from(RegionId::MAX) {
+            let n = regions.entries.len();
+            errors.push(crate::config::ConfigError {
+                file: file.to_path_buf(),
+                pos: Default::default(),
+                message: format!("{n} regions; at most {} are supported", RegionId::MAX),
+            });
+        }
         if errors.is_empty() { Ok(regions) } else { Err(ConfigErrors(errors)) }
     }
 
@@ -141,15 +184,34 @@ impl Regions {
         country: Option<&str>,
         subdivision: Option<&str>,
     ) -> impl Iterator<Item = &str> + '_ {
+        let chain = self.chain_ids(country, subdivision);
+        (0..chain.len as usize).map(move |k| self.code(chain.ids[k]))
+    }
+
+    /// `chain` as region ids, which is what routing keeps per geo database place so that a
+    /// query does no code lookups at all.
+    pub fn chain_ids(&self, country: Option<&str>, subdivision: Option<&str>) -> Chain {
         let country = country
             .and_then(|c| self.index(c))
             .filter(|&i| self.entries[i].kind == RegionKind::Country);
         let sub = country.zip(subdivision).and_then(|(c, s)| self.subdivision_index(c, s));
         let grouping = country.and_then(|c| self.entries[c].parent);
-        [sub, country, grouping, Some(0)]
-            .into_iter()
-            .flatten()
-            .map(|i| self.entries[i].code.as_str())
+        let mut chain = Chain::default();
+        for i in [sub, country, grouping, Some(0)].into_iter().flatten() {
+            chain.ids[chain.len as usize] = i as RegionId;
+            chain.len += 1;
+        }
+        chain
+    }
+
+    /// The id of a code (any case).
+    pub fn id(&self, code: &str) -> Option<RegionId> {
+        self.index(code).map(|i| i as RegionId)
+    }
+
+    /// The upper-case code of an id this hierarchy handed out.
+    pub fn code(&self, id: RegionId) -> &str {
+        &self.entries[usize::from(id)].code
     }
 
     /// Every code of one kind, in file order.
@@ -289,4 +351,41 @@ fn is_subdivision_code(c: &str) -> bool {
             && (1..=3).contains(&sub.len())
             && sub.bytes().all(|b| b.is_ascii_alphanumeric())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_ids_name_the_chain_codes() {
+        let r = Regions::builtin();
+        // (country, subdivision, chain)
+        let cases: &[(Option<&str>, Option<&str>, &[&str])] = &[
+            (Some("US"), Some("CA"), &["US-CA", "US", "GEO-NA", "WORLD"]),
+            (Some("us"), Some("US-CA"), &["US-CA", "US", "GEO-NA", "WORLD"]),
+            (Some("FR"), Some("ZZZ"), &["FR", "GEO-EU", "WORLD"]),
+            (Some("FR"), None, &["FR", "GEO-EU", "WORLD"]),
+            (Some("XX"), Some("CA"), &["WORLD"]),
+            (None, None, &["WORLD"]),
+        ];
+        for (country, sub, want) in cases {
+            let ids: Vec<&str> =
+                r.chain_ids(*country, *sub).ids().iter().map(|&i| r.code(i)).collect();
+            assert_eq!(ids, *want, "{country:?} {sub:?}");
+            assert_eq!(r.chain(*country, *sub).collect::<Vec<_>>(), *want);
+        }
+    }
+
+    #[test]
+    fn by_region_finds_each_mapped_id_and_nothing_else() {
+        let r = Regions::builtin();
+        let id = |c| r.id(c).unwrap();
+        let map = ByRegion::new(vec![(id("WORLD"), 3), (id("us-ca"), 0), (id("GEO-EU"), 1)]);
+        assert_eq!(map.get(id("US-CA")), Some(0));
+        assert_eq!(map.get(id("GEO-EU")), Some(1));
+        assert_eq!(map.get(id("WORLD")), Some(3));
+        assert_eq!(map.get(id("FR")), None);
+        assert_eq!(ByRegion::default().get(id("WORLD")), None);
+    }
 }

@@ -2,36 +2,32 @@
 //! code up (subdivision → country → grouping → WORLD); the first endpoint mapped to a
 //! matching code answers. A Stopped match, or no match, answers NODATA.
 
+use crate::geo::ByRegion;
 use crate::health::{HealthView, Status};
 use crate::model::Profile;
 
 use super::status::endpoint_status;
 use super::{Ctx, Pick, Query};
-use crate::FastMap;
 
 pub fn pick<'a, H: HealthView + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
-    by_code: &FastMap<Box<str>, usize>,
+    by_region: &ByRegion,
     fallback_on_degraded: bool,
     q: Query<'_>,
 ) -> Pick<'a> {
     // The answer depends only on the client's country and subdivision: its scope is the
     // widest block at that place, never more bits than the client sent.
-    let (place, scope) = q.client.place(ctx.world);
-    let country = place.and_then(|p| p.country);
-    let sub = place.and_then(|p| p.subdivision);
+    let (chain, scope) = q.client.region_chain(ctx.world);
     ctx.note(|| describe_location(&q.client.located(ctx.world)));
     ctx.note(|| format!("same place for the whole /{scope}"));
-    for code in ctx
-        .world
-        .regions
-        .chain(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()))
-    {
-        let Some(&i) = by_code.get(code) else { continue };
+    for &id in chain.ids() {
+        let Some(i) = by_region.get(id) else { continue };
         let ep = &profile.endpoints[i];
         let status = endpoint_status(ctx, ep);
-        ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
+        ctx.note(|| {
+            format!("{} matches endpoint {} ({status})", ctx.world.regions.code(id), ep.name)
+        });
         if status == Status::Stopped || !ep.can_answer(q.want, ctx.profiles) {
             return Pick::NoData(scope);
         }
@@ -60,7 +56,7 @@ pub fn describe_location(l: &crate::location::Located) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::FastMap;
+    use crate::geo::{ByRegion, Regions};
     use crate::health::Status;
     use crate::model::{Method, Rules, Want};
     use crate::routing::testkit::*;
@@ -70,17 +66,22 @@ mod tests {
     fn lab(fallback: bool, world: bool) -> Lab {
         let mut w = Lab::new();
         let p = w.profile("geo", Method::Geographic);
-        let mut by_code = FastMap::default();
+        let mut by_region = Vec::new();
         for (i, (name, code)) in
             [("fr", "FR"), ("eu", "GEO-EU"), ("usca", "US-CA"), ("any", "WORLD")].iter().enumerate()
         {
             w.ep(p, name, &format!("192.0.2.{}", i + 1));
             if *code != "WORLD" || world {
-                by_code.insert(Box::from(*code), i);
+                by_region.push((id(code), i));
             }
         }
-        w.profiles[p].rules = Rules::Geographic { by_code, fallback_on_degraded: fallback };
+        let by_region = ByRegion::new(by_region);
+        w.profiles[p].rules = Rules::Geographic { by_region, fallback_on_degraded: fallback };
         w.finish()
+    }
+
+    fn id(code: &str) -> crate::geo::RegionId {
+        Regions::builtin().id(code).unwrap()
     }
 
     fn answer(w: &Lab, client: &crate::location::Client) -> (Vec<String>, u8) {
@@ -133,8 +134,8 @@ mod tests {
         let p = w.profile("geo", Method::Geographic);
         w.nested(p, "nested-fr", child, [1, 0, 0]);
         w.ep(p, "v6-world", "2001:db8::1");
-        let by_code = [(Box::from("FR"), 0), (Box::from("WORLD"), 1)].into_iter().collect();
-        w.profiles[p].rules = Rules::Geographic { by_code, fallback_on_degraded: false };
+        let by_region = ByRegion::new(vec![(id("FR"), 0), (id("WORLD"), 1)]);
+        w.profiles[p].rules = Rules::Geographic { by_region, fallback_on_degraded: false };
         let w = w.finish();
         let fr = client_in("198.51.100.7", "FR", "", None, 24);
         let d = route(w.ctx(), p, Query { want: Want::A, client: &fr }, &mut rng(1));
