@@ -104,17 +104,25 @@ enum Cell {
     Answer(usize),
 }
 
-/// Distinct cells a tally holds before it adds them up early.
+/// Cells a tally holds (a power of two): a direct-mapped table, so counting a query is one
+/// index computation, not a search.
 const TALLY_CELLS: usize = 64;
 
 /// The counts of one batch of queries, added to a snapshot's counters in one go. Worker
 /// threads share the counters, and every query bumps the same few hot cells (its profile's
 /// row, the ECS counter); summing a batch first turns those into one atomic add each, so
 /// the cache lines move between cores once per batch instead of once per query.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tally {
-    cells: arrayvec::ArrayVec<(Cell, u64), TALLY_CELLS>,
+    /// `(cell, count)`; a count of 0 marks a free entry.
+    cells: [(Cell, u64); TALLY_CELLS],
     ecs: [u64; 2],
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally { cells: [(Cell::Query(0), 0); TALLY_CELLS], ecs: [0; 2] }
+    }
 }
 
 impl Tally {
@@ -127,21 +135,26 @@ impl Tally {
         self.ecs[usize::from(o.ecs)] += 1;
     }
 
+    /// A cell whose entry another cell holds adds that one to the counters first.
     fn bump(&mut self, counters: &QueryCounters, cell: Cell) {
-        if let Some(e) = self.cells.iter_mut().find(|e| e.0 == cell) {
-            e.1 += 1;
-            return;
+        let key = match cell {
+            Cell::Query(i) => i << 1,
+            Cell::Answer(s) => s << 1 | 1,
+        };
+        let at = (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TALLY_CELLS.ilog2());
+        let entry = &mut self.cells[at as usize];
+        if entry.1 > 0 && entry.0 != cell {
+            counters.add(entry.0, entry.1);
+            entry.1 = 0;
         }
-        if self.cells.is_full() {
-            self.flush(counters);
-        }
-        self.cells.push((cell, 1));
+        entry.0 = cell;
+        entry.1 += 1;
     }
 
     /// Adds everything counted so far to `counters` and starts over.
     pub fn flush(&mut self, counters: &QueryCounters) {
-        for (cell, n) in self.cells.drain(..) {
-            counters.add(cell, n);
+        for entry in self.cells.iter_mut().filter(|e| e.1 > 0) {
+            counters.add(entry.0, std::mem::take(&mut entry.1));
         }
         for (c, n) in counters.ecs.iter().zip(&mut self.ecs) {
             if *n > 0 {
