@@ -5,22 +5,43 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::{Location, Spanned};
 
-/// A position in a configuration file (1-based; 0 when unknown).
+/// A position in a configuration file (1-based; 0 when unknown). 32 bits, as in
+/// serde-saphyr's own locations: every located raw value carries one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pos {
-    pub line: u64,
-    pub col: u64,
+    pub line: u32,
+    pub col: u32,
 }
 
 impl Pos {
-    pub fn of<T>(s: &Spanned<T>) -> Pos {
-        Pos::from(s.referenced)
+    pub fn of(s: &impl Located) -> Pos {
+        s.pos()
+    }
+}
+
+/// A value that knows where in its file it was written: serde-saphyr's `Spanned`, or the
+/// configuration's own cheaper `raw::Loc`.
+pub trait Located {
+    fn pos(&self) -> Pos;
+}
+
+impl<T> Located for Spanned<T> {
+    fn pos(&self) -> Pos {
+        Pos::from(self.referenced)
+    }
+}
+
+// Optional raw values are boxed (see `raw`).
+impl<L: Located> Located for Box<L> {
+    fn pos(&self) -> Pos {
+        (**self).pos()
     }
 }
 
 impl From<Location> for Pos {
     fn from(l: Location) -> Pos {
-        Pos { line: l.line(), col: l.column() }
+        let narrow = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Pos { line: narrow(l.line()), col: narrow(l.column()) }
     }
 }
 
@@ -71,7 +92,7 @@ impl Sink<'_> {
         });
     }
 
-    pub fn on<T>(&mut self, s: &Spanned<T>, message: impl Into<String>) {
+    pub fn on(&mut self, s: &impl Located, message: impl Into<String>) {
         self.at(Pos::of(s), message);
     }
 }

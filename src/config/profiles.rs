@@ -182,9 +182,16 @@ struct Named {
 
 /// Resolves a profile name: absolute ("www.tm.example.test.") or, with exactly one zone,
 /// relative to it ("www").
-fn resolve_name(sink: &mut Sink<'_>, v: &S<String>, zones: &[Zone]) -> Option<Named> {
+/// `sole_origin` is the one zone's origin as a `Name`, made once per load rather than per
+/// profile.
+fn resolve_name(
+    sink: &mut Sink<'_>,
+    v: &S<String>,
+    zones: &[Zone],
+    sole_origin: Option<&Name>,
+) -> Option<Named> {
     let text = v.value.trim();
-    let origin = (zones.len() == 1 && !text.ends_with('.')).then(|| zones[0].origin.to_name());
+    let origin = sole_origin.filter(|_| !text.ends_with('.'));
     if !text.ends_with('.') && zones.len() != 1 {
         sink.on(
             v,
@@ -194,7 +201,7 @@ fn resolve_name(sink: &mut Sink<'_>, v: &S<String>, zones: &[Zone]) -> Option<Na
         );
         return None;
     }
-    let wire = parse_name(sink, v, origin.as_ref())?;
+    let wire = parse_name(sink, v, origin)?;
     let zone = zones
         .iter()
         .enumerate()
@@ -316,10 +323,11 @@ fn name_all(
     let mut named: Vec<(usize, Named)> = Vec::with_capacity(sources.len());
     let mut ids: HashMap<WireName, usize> = HashMap::with_capacity(sources.len());
     let mut rejected = Vec::new();
+    let sole_origin = (zones.len() == 1).then(|| zones[0].origin.to_name());
     for (i, src) in sources.iter().enumerate() {
         let mut sink = Sink { file: &src.file, errors };
         let n = match &src.doc {
-            Doc::Raw(raw) => resolve_name(&mut sink, &raw.name, zones),
+            Doc::Raw(raw) => resolve_name(&mut sink, &raw.name, zones, sole_origin.as_ref()),
             Doc::Reused(old) => {
                 Some(Named { wire: prev[*old].wire.clone(), zone: prev[*old].zone })
             }
@@ -369,9 +377,10 @@ impl Builder<'_, '_> {
             (None, _) => 2,
         };
         let (endpoints, rules) = self.endpoints_and_rules(raw, method);
+        let name = n.wire.to_string();
         Profile {
-            name: n.wire.to_string(),
-            hash_seed: hash_str(&n.wire.to_string()),
+            hash_seed: hash_str(&name),
+            name,
             wire: n.wire.clone(),
             zone: n.zone,
             ttl: int_or(self.sink, raw.ttl.as_deref(), 0, 2_147_483_647, "ttl", 30),
@@ -571,7 +580,8 @@ impl Builder<'_, '_> {
     }
 
     fn child(&mut self, p: &S<String>) -> usize {
-        let Some(n) = resolve_name(self.sink, p, self.zones) else {
+        let origin = (self.zones.len() == 1).then(|| self.zones[0].origin.to_name());
+        let Some(n) = resolve_name(self.sink, p, self.zones, origin.as_ref()) else {
             return usize::MAX;
         };
         match self.ids.get(&n.wire) {

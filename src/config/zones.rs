@@ -118,13 +118,13 @@ fn zone_file(
 
 /// hickory's parser does not say where it failed: find the first entry (a line, or lines
 /// joined by parentheses) whose inclusion makes the parse fail. Only run on error.
-fn failing_line(text: &str, parses: impl Fn(&str) -> bool) -> u64 {
+fn failing_line(text: &str, parses: impl Fn(&str) -> bool) -> u32 {
     let mut depth = 0i32;
-    let mut entry_start = 1u64;
+    let mut entry_start = 1u32;
     let mut end = 0usize;
     for (i, line) in text.split_inclusive('\n').enumerate() {
         if depth == 0 {
-            entry_start = i as u64 + 1;
+            entry_start = u32::try_from(i + 1).unwrap_or(u32::MAX);
         }
         let code = line.split(';').next().unwrap_or("");
         depth += code.matches('(').count() as i32 - code.matches(')').count() as i32;
