@@ -57,7 +57,7 @@ impl Method {
 }
 
 /// The method-specific data of a profile, indexed by endpoint position.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Hash)]
 pub enum Rules {
     /// priority, weighted, multivalue: everything is on the endpoints.
     #[default]
@@ -92,7 +92,7 @@ pub enum Rules {
 }
 
 /// A Global Accelerator style endpoint group: a slice of the profile's endpoints.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct Group {
     pub name: String,
     /// Latency-table region index.

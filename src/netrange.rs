@@ -83,7 +83,7 @@ pub struct Hit<'a, T> {
 }
 
 /// Non-overlapping ranges with a value each, sorted for binary search.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct RangeMap<T> {
     entries: Vec<(Range, T)>,
 }

@@ -221,6 +221,25 @@ fn valid_config_builds_a_snapshot() {
     assert!(changed.zones[0].serial > zone.serial);
 }
 
+#[test]
+fn a_change_to_method_rules_alone_bumps_the_zone_serial() {
+    let dir = tempfile::tempdir().unwrap();
+    let geo = |fr_to: &str| {
+        let (a, b) = if fr_to == "a" { ("[FR]", "[WORLD]") } else { ("[WORLD]", "[FR]") };
+        format!(
+            "name: g\nrouting: geographic\nendpoints:\n  - {{ name: a, target: 192.0.2.1, geo: {a} }}\n  - {{ name: b, target: 192.0.2.2, geo: {b} }}\n"
+        )
+    };
+    let path = setup(dir.path(), SERVER, &[("p.yaml", &geo("a"))]);
+    let first = config::load(&path, None).unwrap();
+    let same = config::load(&path, Some(&first)).unwrap();
+    assert_eq!(same.zones[0].serial, first.zones[0].serial, "nothing changed");
+    // Same endpoints, names and addresses; only which endpoint FR maps to.
+    std::fs::write(dir.path().join("profiles/p.yaml"), geo("b")).unwrap();
+    let swapped = config::load(&path, Some(&same)).unwrap();
+    assert!(swapped.zones[0].serial > first.zones[0].serial, "geo mapping change");
+}
+
 fn check(dir: &Path) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_steerdns"))
         .args(["check", "-c"])

@@ -253,6 +253,9 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
     for p in profiles {
         (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
             .hash(&mut h);
+        // The method's rules decide answers too: a geo code or subnet moved to another
+        // endpoint must bump the serial like an address change does.
+        p.rules.hash(&mut h);
         for e in &p.endpoints {
             (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
                 .hash(&mut h);

@@ -48,7 +48,7 @@ impl Chain {
 
 /// Region id → endpoint index for one profile, sorted by id: a few entries at most, so a
 /// binary search beats hashing the code strings on every query.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ByRegion(Box<[(RegionId, usize)]>);
 
 impl ByRegion {
