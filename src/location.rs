@@ -129,15 +129,9 @@ impl Client {
         l
     }
 
-    /// The client's country and subdivision, looked up on first use, and how many address
-    /// bits decided them (never more than the client told us).
-    pub fn place(&self, world: &World) -> (Option<Place>, u8) {
-        let hit = self.place_hit(world);
-        (hit.place, hit.len.min(self.prefix))
-    }
-
-    /// The region ids to try for the client's place, most specific first, and the scope
-    /// as for `place`.
+    /// The region ids to try for the client's place (looked up on first use), most
+    /// specific first, and how many address bits decided the place (never more than the
+    /// client told us).
     pub fn region_chain(&self, world: &World) -> (Chain, u8) {
         let hit = self.place_hit(world);
         let chain = match hit.id.and_then(|id| world.chains.get(id as usize)) {
