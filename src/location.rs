@@ -4,10 +4,19 @@
 //! when the profile's method needs it.
 
 use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::geo::{Chain, GeoDb, LatencyTable, Location, Metric, Place, PlaceId, Regions, RowMatch};
+use crate::geo::{
+    ByRegion, Chain, Classes, GeoDb, LatencyTable, Location, Metric, Place, PlaceId, Regions,
+    RowMatch,
+};
+use crate::model::{Profile, Rules};
+
+/// Distinct geographic mappings compiled per configuration. Each costs two 256 KiB jump
+/// tables plus its nodes, and a few ms per load.
+const MAX_COMPILED: usize = 64;
 use crate::netrange::RangeMap;
 
 /// The location data of one configuration.
@@ -36,6 +45,36 @@ impl World {
             db.places().ids().map(|(_, place)| chain_of(&regions, place)).collect()
         });
         World { db, regions, latency, topology, zone_names, chains }
+    }
+
+    /// Compiles each geographic profile's mapping against the geo database (see
+    /// `Classes`). Profiles with the same mapping share one compiled trie; past
+    /// `MAX_COMPILED` distinct mappings the rest keep walking the region chain.
+    pub fn compile_geographic(&self, profiles: &mut [Profile]) {
+        let Some(db) = &self.db else { return };
+        let mut done: HashMap<ByRegion, Arc<Classes>> = HashMap::new();
+        for p in profiles {
+            let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut p.rules
+            else {
+                continue;
+            };
+            compiled.0 = match done.get(by_region) {
+                _ if *fallback_on_degraded => None,
+                Some(c) => Some(Arc::clone(c)),
+                None if done.len() >= MAX_COMPILED => None,
+                None => {
+                    let c = Arc::new(db.places().classify(&self.classes_of(by_region)));
+                    done.insert(by_region.clone(), Arc::clone(&c));
+                    Some(c)
+                }
+            };
+        }
+    }
+
+    /// Per place id: 1 + the endpoint the first matching code of its chain maps to, or 0.
+    fn classes_of(&self, by_region: &ByRegion) -> Vec<u32> {
+        let first = |chain: &Chain| chain.ids().iter().find_map(|&id| by_region.get(id));
+        self.chains.iter().map(|c| first(c).map_or(0, |i| i as u32 + 1)).collect()
     }
 
     /// No geo database, no latency table, no topology; the built-in region hierarchy.
@@ -99,11 +138,13 @@ pub struct Client {
     pub prefix: u8,
     located: OnceCell<Located>,
     place: OnceCell<PlaceHit>,
+    /// The location was given (`at`), not looked up: per-database tables do not apply.
+    given: bool,
 }
 
 impl Client {
     pub fn new(addr: IpAddr, prefix: u8) -> Client {
-        Client { addr, prefix, located: OnceCell::new(), place: OnceCell::new() }
+        Client { addr, prefix, located: OnceCell::new(), place: OnceCell::new(), given: false }
     }
 
     /// A full-length client address (no ECS).
@@ -114,7 +155,8 @@ impl Client {
 
     /// A client whose location is given rather than looked up (tests, `explain`).
     pub fn at(addr: IpAddr, located: Located) -> Client {
-        let c = Client::from_addr(addr);
+        let mut c = Client::from_addr(addr);
+        c.given = true;
         let _ = c.located.set(located);
         let place = located.location.map(|l| l.place());
         let _ = c.place.set(PlaceHit { place, id: None, len: located.prefix });
@@ -139,6 +181,12 @@ impl Client {
             None => chain_of(&world.regions, hit.place),
         };
         (chain, hit.len.min(self.prefix))
+    }
+
+    /// The address to look up in tables compiled from the geo database; `None` when the
+    /// client's location was given instead.
+    pub fn looked_up_addr(&self) -> Option<IpAddr> {
+        (!self.given).then_some(self.addr)
     }
 
     fn place_hit(&self, world: &World) -> PlaceHit {

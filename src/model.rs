@@ -56,6 +56,16 @@ impl Method {
     }
 }
 
+/// A geographic mapping compiled against the running geo database
+/// (`World::compile_geographic`). Derived data: left out of hashes and comparisons, so the
+/// zone fingerprint only sees the mapping itself.
+#[derive(Clone, Debug, Default)]
+pub struct Compiled(pub Option<std::sync::Arc<crate::geo::Classes>>);
+
+impl std::hash::Hash for Compiled {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
 /// The method-specific data of a profile, indexed by endpoint position.
 #[derive(Clone, Debug, Default, Hash)]
 pub enum Rules {
@@ -68,6 +78,9 @@ pub enum Rules {
         by_region: crate::geo::ByRegion,
         /// `degraded_match: fallback`.
         fallback_on_degraded: bool,
+        /// `by_region` compiled against the geo database, when the answer depends on the
+        /// place alone (not with `fallback`); set for every load.
+        compiled: Compiled,
     },
     Subnet {
         /// Ranges of enabled endpoints → endpoint index.

@@ -870,3 +870,67 @@ fn many_ipv6_rows_match_brute_force() {
         }
     }
 }
+
+#[test]
+fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
+    // Every address answers with the same endpoint through the compiled mapping (client
+    // looked up) as through the region chain (location given), and the compiled block is
+    // never narrower than the place's.
+    use steerdns::routing::{Client, Ctx, Decision, Query, route};
+    let dir = tempfile::tempdir().unwrap();
+    let db = build_sample(dir.path());
+    let mappings: [&[&str]; 2] = [
+        &["[FR]", "[GEO-EU]", "[US-CA]", "[US, GEO-NA]", "[GEO-AS]", "[WORLD]"],
+        &["[GB-ENG]", "[GEO-EU]", "[CN]", "[US-WA]", "[GEO-AP]", "[GEO-SA]"],
+    ];
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    let mut profiles = String::new();
+    for (k, m) in mappings.iter().enumerate() {
+        let codes = m;
+        profiles.push_str(&format!("---\nname: g{k}\nrouting: geographic\nendpoints:\n"));
+        for (i, c) in codes.iter().enumerate() {
+            let ep = format!(
+                "  - {{ name: e{i}, target: 192.0.2.{i}, always_serve: true, geo: {c} }}\n"
+            );
+            profiles.push_str(&ep);
+        }
+    }
+    std::fs::write(dir.path().join("profiles/p.yaml"), profiles).unwrap();
+    let server = format!(
+        "listen:\n  dns: [\"127.0.0.1:0\"]\ngeo:\n  database: {}\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: {{ rname: hostmaster.example.test. }}\n    records: [\"ns1 A 192.0.2.53\"]\n",
+        db.display()
+    );
+    let path = dir.path().join("steerdns.yaml");
+    std::fs::write(&path, server).unwrap();
+    let snap = steerdns::config::load(&path, None).unwrap();
+    let geo = GeoDb::open(&db).unwrap();
+    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let answer = |d: Decision<'_>| match d {
+        Decision::Answer { endpoints, scope } => (Some(endpoints[0].name.clone()), scope),
+        Decision::NoData { scope } => (None, scope),
+    };
+    let mut widened = 0;
+    for pid in 0..mappings.len() {
+        for base in ["192.0.2", "198.51.100", "203.0.113", "100.64.6", "100.64.40", "192.0.3"] {
+            for h in (0..=255).step_by(7) {
+                let addr = ip(&format!("{base}.{h}"));
+                let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+                let want = Query { want: steerdns::model::Want::A, client: &Client::new(addr, 32) };
+                let compiled = answer(route(ctx, pid, want, &mut rng));
+                let (location, prefix) = geo.lookup_scoped(addr);
+                let given = Client::at(addr, steerdns::location::Located { location, prefix });
+                let q = Query { want: steerdns::model::Want::A, client: &given };
+                let walked = answer(route(ctx, pid, q, &mut rng));
+                assert_eq!(compiled.0, walked.0, "g{pid} {addr}");
+                let place_len = geo.place(addr).1;
+                assert!(
+                    compiled.1 <= place_len,
+                    "g{pid} {addr}: /{} inside /{place_len}",
+                    compiled.1
+                );
+                widened += usize::from(compiled.1 < place_len);
+            }
+        }
+    }
+    assert!(widened > 0, "some blocks are wider than their place");
+}

@@ -157,11 +157,14 @@ server_test! {
             (NYC, 32, "na", (24, 24)),             // US-NY is not mapped: country US
             (PARIS, 32, "fr", (25, 25)),           // FR beats GEO-EU
             (FRANKFURT, 32, "eu", (24, 24)),       // DE is on a disabled endpoint: GEO-EU
-            (BEIJING, 32, "asia", (25, 25)),       // GEO-AS
-            (SHANGHAI, 32, "asia", (25, 25)),
+            // Beijing and Shanghai are sibling /25s of two places with one answer: the /24.
+            (BEIJING, 32, "asia", (24, 24)),       // GEO-AS
+            (SHANGHAI, 32, "asia", (24, 24)),
             (TOKYO, 32, "asia", (22, 22)),
-            (SYDNEY, 32, "world", (24, 24)),       // GEO-AP is not mapped: WORLD
-            (SAO_PAULO, 32, "world", (24, 24)),
+            // GEO-AP is not mapped: WORLD, as for every address of 200.0.0.0/5, the block
+            // the answer holds for (gdnsd compiles its maps the same way).
+            (SYDNEY, 32, "world", (5, 5)),
+            (SAO_PAULO, 32, "world", (22, 22)),
             (NOWHERE, 32, "world", (0, 32)),       // no location: only WORLD matches
             ("192.0.2.0", 24, "fr", (24, 24)),     // the /25 network, capped at the source /24
             ("192.0.2.128", 25, "usca", (25, 25)),
@@ -193,7 +196,8 @@ server_test! {
             ("2001:db8:1::", 48, "eng", 48),
             ("2001:db8:1:ff00::", 56, "eng", 48),
             ("2001:db8:1:abcd::", 64, "eng", 48),
-            ("2001:db8:2::", 48, "world", 48),
+            // The next /48 has no data: WORLD answers it too, so the block is the /47.
+            ("2001:db8:2::", 48, "world", 47),
         ];
         for (client, source, want, scope) in cases {
             assert_eq!(
@@ -245,9 +249,10 @@ server_test! {
             let scope = nodata(&h, "geo-nw", client, 32).await;
             assert!(scope <= 32, "{client}: scope /{scope}");
         }
-        // The scope of a NODATA is the network the decision came from.
-        assert_eq!(nodata(&h, "geo-nw", SYDNEY, 32).await, 24);
-        assert_eq!(nodata(&h, "geo-nw", "2001:db8:2::", 48).await, 48);
+        // The scope of a NODATA is the widest block around the client where no code
+        // matches either: 200.0.0.0/5 around Sydney, the /47 around its IPv6 /48.
+        assert_eq!(nodata(&h, "geo-nw", SYDNEY, 32).await, 5);
+        assert_eq!(nodata(&h, "geo-nw", "2001:db8:2::", 48).await, 47);
         // Without ECS the source address (127.0.0.1, in no network) is the client: NODATA.
         let r = h.udp(&Q::new(&fq("geo-nw"), T_A)).await;
         r.assert_negative(NOERROR);

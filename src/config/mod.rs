@@ -90,6 +90,7 @@ fn load_with(
     }
     compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
+    world.compile_geographic(&mut profiles);
     set_serials(&mut zones, &profiles, previous);
     let mut snap = Snapshot::new(listen, zones, profiles, health, Arc::new(world), profiles_dir);
     snap.generation = previous.map_or(1, |p| p.generation + 1);

@@ -104,7 +104,11 @@ impl Builder<'_, '_> {
                 }
             }
         }
-        Rules::Geographic { by_region: ByRegion::new(by_region), fallback_on_degraded: fallback }
+        Rules::Geographic {
+            by_region: ByRegion::new(by_region),
+            fallback_on_degraded: fallback,
+            compiled: Default::default(),
+        }
     }
 
     fn subnet(

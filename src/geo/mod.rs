@@ -20,7 +20,7 @@ use std::fmt;
 pub use build::{BuildError, BuildSummary, build};
 pub use db::{DbInfo, GeoDb, GeoError, Location};
 pub use latency::{LatencyTable, Metric, Region, Row, RowFrom, RowMatch, great_circle_km};
-pub use places::{Place, PlaceId, Places};
+pub use places::{Classes, Place, PlaceId, Places};
 pub use regions::{ByRegion, Chain, RegionId, RegionKind, Regions};
 
 /// A short region code held inline (continent `EU`, country `FR`, subdivision `ENG`), so a

@@ -129,7 +129,45 @@ impl Places {
     }
 }
 
+/// The place trie relabelled by what one mapping answers for each place (`Places::classify`):
+/// networks whose places get the same answer merge, as gdnsd compiles each of its maps, so
+/// the walk is shorter and the block (the ECS scope) is as wide as the answer allows.
+#[derive(Debug)]
+pub struct Classes {
+    v4: Trie,
+    v6: Trie,
+}
+
+impl Classes {
+    /// The class of `ip` and how many leading bits decided it.
+    pub fn lookup(&self, ip: IpAddr) -> (u32, u8) {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => self.v4.lookup(u128::from(a.to_bits()) << 96),
+            IpAddr::V6(a) => self.v6.lookup(a.to_bits()),
+        }
+    }
+
+    /// Trie nodes of both families, for logs and tests.
+    pub fn nodes(&self) -> usize {
+        self.v4.nodes.len() + self.v6.nodes.len()
+    }
+}
+
+impl Places {
+    /// Relabels every place `p` as `class_of[p]` (indexed by place id, "no data" included)
+    /// and merges what became equal. Classes must fit a jump entry (below 2^24).
+    pub fn classify(&self, class_of: &[u32]) -> Classes {
+        Classes { v4: self.v4.relabel(class_of), v6: self.v6.relabel(class_of) }
+    }
+}
+
 impl Trie {
+    fn relabel(&self, class_of: &[u32]) -> Trie {
+        let map = |l: u32| if l & LEAF != 0 { LEAF | class_of[(l & !LEAF) as usize] } else { l };
+        let nodes = self.nodes.iter().map(|&[a, b]| [map(a), map(b)]).collect();
+        Trie { root: map(self.root), nodes, jump: Vec::new() }.compact()
+    }
+
     /// `bits` is the address left-aligned in 128 bits.
     fn insert(&mut self, bits: u128, len: u8, id: u32) {
         let mut at = None; // the root link
@@ -282,6 +320,29 @@ mod tests {
         assert_eq!(p.lookup("192.0.2.1".parse().unwrap()), (None, 0));
         assert_eq!(p.lookup("2001:db8::1".parse().unwrap()), (None, 0));
         assert_eq!(p.size(), (0, 0));
+    }
+
+    #[test]
+    fn classify_merges_places_with_one_answer() {
+        let (fr, de, us) = (place("FR", ""), place("DE", ""), place("US", "CA"));
+        let p = build(&[
+            ("192.0.2.0/26", fr),
+            ("192.0.2.64/26", de),
+            ("192.0.2.128/25", us),
+            ("198.51.100.0/24", None),
+        ]);
+        // Place ids in insertion order: FR 1, DE 2, US 3; 0 is "no data".
+        let classes = p.classify(&[0, 7, 7, 9]);
+        let cases: &[(&str, u32, u8)] = &[
+            ("192.0.2.1", 7, 25), // FR and DE answer alike: one /25
+            ("192.0.2.100", 7, 25),
+            ("192.0.2.200", 9, 25),
+            ("198.51.100.1", 0, 6), // no data anywhere in 196.0.0.0/6
+        ];
+        for (addr, class, len) in cases {
+            assert_eq!(classes.lookup(addr.parse().unwrap()), (*class, *len), "{addr}");
+        }
+        assert!(classes.nodes() < p.size().1, "relabelling merged nodes");
     }
 
     #[test]

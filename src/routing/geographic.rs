@@ -2,9 +2,9 @@
 //! code up (subdivision → country → grouping → WORLD); the first endpoint mapped to a
 //! matching code answers. A Stopped match, or no match, answers NODATA.
 
-use crate::geo::ByRegion;
+use crate::geo::{ByRegion, Classes};
 use crate::health::{HealthView, Status};
-use crate::model::Profile;
+use crate::model::{Compiled, Profile};
 
 use super::status::endpoint_status;
 use super::{Ctx, Pick, Query};
@@ -12,22 +12,24 @@ use super::{Ctx, Pick, Query};
 pub fn pick<'a, H: HealthView + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
-    by_region: &ByRegion,
+    (by_region, compiled): (&ByRegion, &Compiled),
     fallback_on_degraded: bool,
     q: Query<'_>,
 ) -> Pick<'a> {
+    ctx.note(|| describe_location(&q.client.located(ctx.world)));
+    if let (Some(classes), Some(addr)) = (&compiled.0, q.client.looked_up_addr()) {
+        return compiled_pick(ctx, profile, by_region, classes, addr, q);
+    }
     // The answer depends only on the client's country and subdivision: its scope is the
     // widest block at that place, never more bits than the client sent.
     let (chain, scope) = q.client.region_chain(ctx.world);
-    ctx.note(|| describe_location(&q.client.located(ctx.world)));
     ctx.note(|| format!("same place for the whole /{scope}"));
     for &id in chain.ids() {
         let Some(i) = by_region.get(id) else { continue };
         let ep = &profile.endpoints[i];
         let status = endpoint_status(ctx, ep);
-        ctx.note(|| {
-            format!("{} matches endpoint {} ({status})", ctx.world.regions.code(id), ep.name)
-        });
+        let code = ctx.world.regions.code(id);
+        ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
         if status == Status::Stopped || !ep.can_answer(q.want, ctx.profiles) {
             return Pick::NoData(scope);
         }
@@ -39,6 +41,37 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     }
     ctx.note(|| "no region code matches".to_string());
     Pick::NoData(scope)
+}
+
+/// The same decision from the compiled mapping: one walk gives the endpoint (class
+/// `i + 1`, or 0 when no code matches) and the widest block with that answer.
+fn compiled_pick<'a, H: HealthView + ?Sized>(
+    ctx: Ctx<'a, H>,
+    profile: &'a Profile,
+    by_region: &ByRegion,
+    classes: &Classes,
+    addr: std::net::IpAddr,
+    q: Query<'_>,
+) -> Pick<'a> {
+    let (class, len) = classes.lookup(addr);
+    let scope = len.min(q.client.prefix);
+    ctx.note(|| format!("same answer for the whole /{scope}"));
+    let Some(i) = (class as usize).checked_sub(1) else {
+        ctx.note(|| "no region code matches".to_string());
+        return Pick::NoData(scope);
+    };
+    let ep = &profile.endpoints[i];
+    let status = endpoint_status(ctx, ep);
+    ctx.note(|| {
+        let (chain, _) = q.client.region_chain(ctx.world);
+        let id = chain.ids().iter().copied().find(|&id| by_region.get(id) == Some(i));
+        let code = id.map_or("?", |id| ctx.world.regions.code(id));
+        format!("{code} matches endpoint {} ({status})", ep.name)
+    });
+    if status == Status::Stopped || !ep.can_answer(q.want, ctx.profiles) {
+        return Pick::NoData(scope);
+    }
+    Pick::One(i, scope)
 }
 
 pub fn describe_location(l: &crate::location::Located) -> String {
@@ -76,7 +109,11 @@ mod tests {
             }
         }
         let by_region = ByRegion::new(by_region);
-        w.profiles[p].rules = Rules::Geographic { by_region, fallback_on_degraded: fallback };
+        w.profiles[p].rules = Rules::Geographic {
+            by_region,
+            fallback_on_degraded: fallback,
+            compiled: Default::default(),
+        };
         w.finish()
     }
 
@@ -135,7 +172,11 @@ mod tests {
         w.nested(p, "nested-fr", child, [1, 0, 0]);
         w.ep(p, "v6-world", "2001:db8::1");
         let by_region = ByRegion::new(vec![(id("FR"), 0), (id("WORLD"), 1)]);
-        w.profiles[p].rules = Rules::Geographic { by_region, fallback_on_degraded: false };
+        w.profiles[p].rules = Rules::Geographic {
+            by_region,
+            fallback_on_degraded: false,
+            compiled: Default::default(),
+        };
         let w = w.finish();
         let fr = client_in("198.51.100.7", "FR", "", None, 24);
         let d = route(w.ctx(), p, Query { want: Want::A, client: &fr }, &mut rng(1));

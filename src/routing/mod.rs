@@ -129,8 +129,8 @@ where
     ctx.note(|| format!("profile {} (routing: {})", profile.name, profile.method.as_str()));
     let pick = match &profile.rules {
         Rules::Plain => plain(ctx, profile, q, rng),
-        Rules::Geographic { by_region, fallback_on_degraded } => {
-            geographic::pick(ctx, profile, by_region, *fallback_on_degraded, q)
+        Rules::Geographic { by_region, fallback_on_degraded, compiled } => {
+            geographic::pick(ctx, profile, (by_region, compiled), *fallback_on_degraded, q)
         }
         Rules::Subnet { ranges, fallback, fallback_on_degraded } => {
             subnet::pick(ctx, profile, ranges, *fallback, *fallback_on_degraded, q)
