@@ -51,18 +51,20 @@ impl World {
     /// `Classes`). Profiles with the same mapping share one compiled trie; past
     /// `MAX_COMPILED` distinct mappings the rest keep walking the region chain.
     pub fn compile_geographic(&self, profiles: &mut [Profile]) {
-        let Some(db) = &self.db else { return };
         let mut done: HashMap<ByRegion, Arc<Classes>> = HashMap::new();
         for p in profiles {
             let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut p.rules
             else {
                 continue;
             };
-            compiled.0 = match done.get(by_region) {
+            // Every profile is set, also one taken over from the previous configuration,
+            // whose trie was compiled against the previous database (or one now removed).
+            compiled.0 = match (&self.db, done.get(by_region)) {
                 _ if *fallback_on_degraded => None,
-                Some(c) => Some(Arc::clone(c)),
-                None if done.len() >= MAX_COMPILED => None,
-                None => {
+                (None, _) => None,
+                (Some(_), Some(c)) => Some(Arc::clone(c)),
+                (Some(_), None) if done.len() >= MAX_COMPILED => None,
+                (Some(db), None) => {
                     let c = Arc::new(db.places().classify(&self.classes_of(by_region)));
                     done.insert(by_region.clone(), Arc::clone(&c));
                     Some(c)

@@ -934,3 +934,40 @@ fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
     }
     assert!(widened > 0, "some blocks are wider than their place");
 }
+
+#[test]
+fn a_reload_without_the_geo_database_drops_the_compiled_mapping() {
+    // The profile file is unchanged, so the reload takes the profile over from the running
+    // configuration; its compiled trie must not outlive the database it came from.
+    use steerdns::routing::{Client, Ctx, Decision, Query, route};
+    let dir = tempfile::tempdir().unwrap();
+    let db = build_sample(dir.path());
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    std::fs::write(
+        dir.path().join("profiles/p.yaml"),
+        "name: g\nrouting: geographic\nendpoints:\n  - { name: fr, target: 192.0.2.1, always_serve: true, geo: [FR] }\n  - { name: world, target: 192.0.2.2, always_serve: true, geo: [WORLD] }\n",
+    )
+    .unwrap();
+    let zone = "zones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: { rname: hostmaster.example.test. }\n    records: [\"ns1 A 192.0.2.53\"]\n";
+    let path = dir.path().join("steerdns.yaml");
+    let write = |geo: bool| {
+        let geo = if geo { format!("geo:\n  database: {}\n", db.display()) } else { String::new() };
+        std::fs::write(&path, format!("listen:\n  dns: [\"127.0.0.1:0\"]\n{geo}{zone}")).unwrap();
+    };
+    let answer = |snap: &steerdns::snapshot::Snapshot| {
+        let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+        let client = Client::new(ip("192.0.2.1"), 32); // Paris in the sample DB
+        let q = Query { want: steerdns::model::Want::A, client: &client };
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        match route(ctx, 0, q, &mut rng) {
+            Decision::Answer { endpoints, scope } => (endpoints[0].name.clone(), scope),
+            Decision::NoData { .. } => panic!("NODATA"),
+        }
+    };
+    write(true);
+    let with_db = steerdns::config::load(&path, None).unwrap();
+    assert_eq!(answer(&with_db), ("fr".to_string(), 25));
+    write(false);
+    let without = steerdns::config::load(&path, Some(&with_db)).unwrap();
+    assert_eq!(answer(&without), ("world".to_string(), 0), "no database: client unknown");
+}
