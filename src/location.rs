@@ -13,11 +13,11 @@ use crate::geo::{
     RowMatch,
 };
 use crate::model::{Profile, Rules};
+use crate::netrange::RangeMap;
 
 /// Distinct geographic mappings compiled per configuration. Each costs two 256 KiB jump
 /// tables plus its nodes, and a few ms per load.
 const MAX_COMPILED: usize = 64;
-use crate::netrange::RangeMap;
 
 /// The location data of one configuration.
 #[derive(Debug)]
@@ -42,7 +42,7 @@ impl World {
         zone_names: Vec<String>,
     ) -> World {
         let chains = db.as_ref().map_or_else(Vec::new, |db| {
-            db.places().ids().map(|(_, place)| chain_of(&regions, place)).collect()
+            db.places().ids().map(|(_, place)| regions.place_chain(place)).collect()
         });
         World { db, regions, latency, topology, zone_names, chains }
     }
@@ -102,27 +102,20 @@ impl World {
         match &self.db {
             Some(db) => {
                 let (id, len) = db.places().lookup_id(addr);
-                PlaceHit { place: db.places().get(id), id: Some(id), len }
+                PlaceHit::Found { id, len }
             }
-            None => PlaceHit { place: None, id: None, len: 0 },
+            None => PlaceHit::Known { place: None, len: 0 },
         }
     }
 }
 
-/// The region ids to try for a place, most specific first.
-fn chain_of(regions: &Regions, place: Option<Place>) -> Chain {
-    let country = place.as_ref().and_then(|p| p.country);
-    let sub = place.as_ref().and_then(|p| p.subdivision);
-    regions.chain_ids(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()))
-}
-
-/// A client's place: `id` indexes the world's per-place tables; clients whose location was
-/// given rather than looked up have none.
+/// A client's place and how many address bits decided it.
 #[derive(Clone, Copy, Debug)]
-struct PlaceHit {
-    place: Option<Place>,
-    id: Option<PlaceId>,
-    len: u8,
+enum PlaceHit {
+    /// Looked up in the database: `id` indexes the world's per-place tables.
+    Found { id: PlaceId, len: u8 },
+    /// Given with the client's location (`Client::at`), or no database to look in.
+    Known { place: Option<Place>, len: u8 },
 }
 
 /// A client's location and how many address bits decided it.
@@ -161,7 +154,7 @@ impl Client {
         c.given = true;
         let _ = c.located.set(located);
         let place = located.location.map(|l| l.place());
-        let _ = c.place.set(PlaceHit { place, id: None, len: located.prefix });
+        let _ = c.place.set(PlaceHit::Known { place, len: located.prefix });
         c
     }
 
@@ -177,12 +170,11 @@ impl Client {
     /// specific first, and how many address bits decided the place (never more than the
     /// client told us).
     pub fn region_chain(&self, world: &World) -> (Chain, u8) {
-        let hit = self.place_hit(world);
-        let chain = match hit.id.and_then(|id| world.chains.get(id as usize)) {
-            Some(chain) => *chain,
-            None => chain_of(&world.regions, hit.place),
+        let (chain, len) = match self.place_hit(world) {
+            PlaceHit::Found { id, len } => (world.chains[id as usize], len),
+            PlaceHit::Known { place, len } => (world.regions.place_chain(place), len),
         };
-        (chain, hit.len.min(self.prefix))
+        (chain, len.min(self.prefix))
     }
 
     /// The address to look up in tables compiled from the geo database; `None` when the

@@ -57,13 +57,23 @@ impl Method {
 }
 
 /// A geographic mapping compiled against the running geo database
-/// (`World::compile_geographic`). Derived data: left out of hashes and comparisons, so the
-/// zone fingerprint only sees the mapping itself.
-#[derive(Clone, Debug, Default)]
+/// (`World::compile_geographic`). Derived data: left out of the hash, so the zone
+/// fingerprint only sees the mapping itself.
+#[derive(Clone, Default)]
 pub struct Compiled(pub Option<std::sync::Arc<crate::geo::Classes>>);
 
 impl std::hash::Hash for Compiled {
     fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+// Not the tries themselves: their jump tables alone are 2 x 65,536 entries.
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(c) => write!(f, "Compiled({} nodes)", c.nodes()),
+            None => f.write_str("Compiled(none)"),
+        }
+    }
 }
 
 /// The method-specific data of a profile, indexed by endpoint position.

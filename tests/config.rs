@@ -358,7 +358,7 @@ fn errors_after_a_takeover_are_those_of_a_fresh_load() {
 }
 
 #[test]
-fn a_large_configuration_builds_in_parallel_as_it_would_in_order() {
+fn a_large_configuration_loads_and_reloads_identically() {
     // Enough profiles for several builder threads; chains of nested profiles (p4 -> p3 ->
     // .. -> p0, p14 -> .. -> p5, ...) cross the chunk and file boundaries.
     let file = |f: usize| -> String {

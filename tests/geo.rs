@@ -265,7 +265,7 @@ fn records_are_decoded_at_open_and_shared_while_the_file_is_unchanged() {
 }
 
 #[test]
-fn places_agree_with_full_lookups_and_merge_to_wider_blocks() {
+fn places_agree_with_full_lookups_and_never_narrow_the_block() {
     let dir = tempfile::tempdir().unwrap();
     let db = GeoDb::open(&build_sample(dir.path())).unwrap();
     let mut addrs: Vec<IpAddr> = Vec::new();
@@ -277,14 +277,14 @@ fn places_agree_with_full_lookups_and_merge_to_wider_blocks() {
     }
     for addr in addrs {
         let (full, full_len) = db.lookup_scoped(addr);
-        let (place, len) = db.place(addr);
+        let (place, len) = db.places().lookup(addr);
         assert_eq!(place, full.map(|l| l.place()), "{addr}");
         assert!(len <= full_len, "{addr}: place block /{len} inside the network /{full_len}");
     }
     // The two Sydney rows (203.0.113.0/25 and .128/26) are one place but not siblings;
     // 192.0.2.0/25 (FR) and .128/25 (US) differ: both keep their own block.
-    assert_eq!(db.place(ip("192.0.2.1")).1, 25);
-    let (places, _) = db.place_size();
+    assert_eq!(db.places().lookup(ip("192.0.2.1")).1, 25);
+    let (places, _) = db.places().size();
     assert!((2..=18).contains(&places), "{places} places");
 }
 
@@ -314,7 +314,7 @@ fn the_worlds_region_chain_per_place_matches_the_full_lookup() {
             let client = steerdns::location::Client::new(addr, 24);
             let (chain, scope) = client.region_chain(&world);
             assert_eq!(chain, want, "{addr}");
-            assert_eq!(scope, db.place(addr).1.min(24), "{addr}");
+            assert_eq!(scope, db.places().lookup(addr).1.min(24), "{addr}");
             let codes: Vec<&str> = chain.ids().iter().map(|&i| regions.code(i)).collect();
             assert_eq!(codes.last(), Some(&"WORLD"), "{addr}");
             seen_subdivision |= codes.len() == 4;
@@ -871,22 +871,49 @@ fn many_ipv6_rows_match_brute_force() {
     }
 }
 
+/// A configuration directory: one zone, the geo database `db` if given, and `profiles` as
+/// `profiles/p.yaml`. Returns the path of `steerdns.yaml`.
+fn geo_config(dir: &Path, db: Option<&Path>, profiles: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
+    let geo = db.map_or(String::new(), |db| format!("geo:\n  database: {}\n", db.display()));
+    let zone = "zones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: { rname: hostmaster.example.test. }\n    records: [\"ns1 A 192.0.2.53\"]\n";
+    let path = dir.join("steerdns.yaml");
+    std::fs::write(&path, format!("listen:\n  dns: [\"127.0.0.1:0\"]\n{geo}{zone}")).unwrap();
+    path
+}
+
+/// Routes an A query for `client` at profile `pid`: the first endpoint's name (`None` for
+/// NODATA) and the ECS scope.
+fn decide(
+    snap: &steerdns::snapshot::Snapshot,
+    pid: usize,
+    client: &steerdns::routing::Client,
+) -> (Option<String>, u8) {
+    use steerdns::routing::{Ctx, Decision, Query, route};
+    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let q = Query { want: steerdns::model::Want::A, client };
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+    match route(ctx, pid, q, &mut rng) {
+        Decision::Answer { endpoints, scope } => (Some(endpoints[0].name.clone()), scope),
+        Decision::NoData { scope } => (None, scope),
+    }
+}
+
 #[test]
 fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
     // Every address answers with the same endpoint through the compiled mapping (client
     // looked up) as through the region chain (location given), and the compiled block is
     // never narrower than the place's.
-    use steerdns::routing::{Client, Ctx, Decision, Query, route};
+    use steerdns::location::{Client, Located};
     let dir = tempfile::tempdir().unwrap();
     let db = build_sample(dir.path());
     let mappings: [&[&str]; 2] = [
         &["[FR]", "[GEO-EU]", "[US-CA]", "[US, GEO-NA]", "[GEO-AS]", "[WORLD]"],
         &["[GB-ENG]", "[GEO-EU]", "[CN]", "[US-WA]", "[GEO-AP]", "[GEO-SA]"],
     ];
-    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
     let mut profiles = String::new();
-    for (k, m) in mappings.iter().enumerate() {
-        let codes = m;
+    for (k, codes) in mappings.iter().enumerate() {
         profiles.push_str(&format!("---\nname: g{k}\nrouting: geographic\nendpoints:\n"));
         for (i, c) in codes.iter().enumerate() {
             let ep = format!(
@@ -895,41 +922,30 @@ fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
             profiles.push_str(&ep);
         }
     }
-    std::fs::write(dir.path().join("profiles/p.yaml"), profiles).unwrap();
-    let server = format!(
-        "listen:\n  dns: [\"127.0.0.1:0\"]\ngeo:\n  database: {}\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: {{ rname: hostmaster.example.test. }}\n    records: [\"ns1 A 192.0.2.53\"]\n",
-        db.display()
-    );
-    let path = dir.path().join("steerdns.yaml");
-    std::fs::write(&path, server).unwrap();
-    let snap = steerdns::config::load(&path, None).unwrap();
+    let snap = steerdns::config::load(&geo_config(dir.path(), Some(&db), &profiles), None).unwrap();
     let geo = GeoDb::open(&db).unwrap();
-    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
-    let answer = |d: Decision<'_>| match d {
-        Decision::Answer { endpoints, scope } => (Some(endpoints[0].name.clone()), scope),
-        Decision::NoData { scope } => (None, scope),
-    };
+    // Every network of the sample database, both families, and space around them.
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    for base in ["192.0.2", "198.51.100", "203.0.113", "192.0.3"]
+        .into_iter()
+        .map(String::from)
+        .chain((1..=6).map(|n| format!("100.64.{n}")))
+    {
+        addrs.extend((0..=255).step_by(7).map(|h| ip(&format!("{base}.{h}"))));
+    }
+    for g in 0..8u16 {
+        addrs.extend([ip(&format!("2001:db8:{g:x}::1")), ip(&format!("2001:db8:{g:x}:ffff::9"))]);
+    }
     let mut widened = 0;
     for pid in 0..mappings.len() {
-        for base in ["192.0.2", "198.51.100", "203.0.113", "100.64.6", "100.64.40", "192.0.3"] {
-            for h in (0..=255).step_by(7) {
-                let addr = ip(&format!("{base}.{h}"));
-                let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
-                let want = Query { want: steerdns::model::Want::A, client: &Client::new(addr, 32) };
-                let compiled = answer(route(ctx, pid, want, &mut rng));
-                let (location, prefix) = geo.lookup_scoped(addr);
-                let given = Client::at(addr, steerdns::location::Located { location, prefix });
-                let q = Query { want: steerdns::model::Want::A, client: &given };
-                let walked = answer(route(ctx, pid, q, &mut rng));
-                assert_eq!(compiled.0, walked.0, "g{pid} {addr}");
-                let place_len = geo.place(addr).1;
-                assert!(
-                    compiled.1 <= place_len,
-                    "g{pid} {addr}: /{} inside /{place_len}",
-                    compiled.1
-                );
-                widened += usize::from(compiled.1 < place_len);
-            }
+        for &addr in &addrs {
+            let compiled = decide(&snap, pid, &Client::from_addr(addr));
+            let (location, prefix) = geo.lookup_scoped(addr);
+            let walked = decide(&snap, pid, &Client::at(addr, Located { location, prefix }));
+            assert_eq!(compiled.0, walked.0, "g{pid} {addr}");
+            let place_len = geo.places().lookup(addr).1;
+            assert!(compiled.1 <= place_len, "g{pid} {addr}: /{} inside /{place_len}", compiled.1);
+            widened += usize::from(compiled.1 < place_len);
         }
     }
     assert!(widened > 0, "some blocks are wider than their place");
@@ -939,35 +955,18 @@ fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
 fn a_reload_without_the_geo_database_drops_the_compiled_mapping() {
     // The profile file is unchanged, so the reload takes the profile over from the running
     // configuration; its compiled trie must not outlive the database it came from.
-    use steerdns::routing::{Client, Ctx, Decision, Query, route};
     let dir = tempfile::tempdir().unwrap();
     let db = build_sample(dir.path());
-    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
-    std::fs::write(
-        dir.path().join("profiles/p.yaml"),
-        "name: g\nrouting: geographic\nendpoints:\n  - { name: fr, target: 192.0.2.1, always_serve: true, geo: [FR] }\n  - { name: world, target: 192.0.2.2, always_serve: true, geo: [WORLD] }\n",
-    )
-    .unwrap();
-    let zone = "zones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: { rname: hostmaster.example.test. }\n    records: [\"ns1 A 192.0.2.53\"]\n";
-    let path = dir.path().join("steerdns.yaml");
-    let write = |geo: bool| {
-        let geo = if geo { format!("geo:\n  database: {}\n", db.display()) } else { String::new() };
-        std::fs::write(&path, format!("listen:\n  dns: [\"127.0.0.1:0\"]\n{geo}{zone}")).unwrap();
-    };
-    let answer = |snap: &steerdns::snapshot::Snapshot| {
-        let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
-        let client = Client::new(ip("192.0.2.1"), 32); // Paris in the sample DB
-        let q = Query { want: steerdns::model::Want::A, client: &client };
-        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
-        match route(ctx, 0, q, &mut rng) {
-            Decision::Answer { endpoints, scope } => (endpoints[0].name.clone(), scope),
-            Decision::NoData { .. } => panic!("NODATA"),
-        }
-    };
-    write(true);
+    let profiles = "name: g\nrouting: geographic\nendpoints:\n  - { name: fr, target: 192.0.2.1, always_serve: true, geo: [FR] }\n  - { name: world, target: 192.0.2.2, always_serve: true, geo: [WORLD] }\n";
+    let paris = steerdns::location::Client::new(ip("192.0.2.1"), 32);
+    let path = geo_config(dir.path(), Some(&db), profiles);
     let with_db = steerdns::config::load(&path, None).unwrap();
-    assert_eq!(answer(&with_db), ("fr".to_string(), 25));
-    write(false);
+    assert_eq!(decide(&with_db, 0, &paris), (Some("fr".to_string()), 25));
+    geo_config(dir.path(), None, profiles);
     let without = steerdns::config::load(&path, Some(&with_db)).unwrap();
-    assert_eq!(answer(&without), ("world".to_string(), 0), "no database: client unknown");
+    assert_eq!(
+        decide(&without, 0, &paris),
+        (Some("world".to_string()), 0),
+        "no database: client unknown"
+    );
 }

@@ -230,8 +230,10 @@ pub fn build_all(
     world: &World,
     errors: &mut Vec<ConfigError>,
 ) -> (Vec<Profile>, Vec<usize>) {
-    let Names { named, ids, rejected } = name_all(sources, prev, zones, errors);
-    let ctx = Context { prev, zones, world, ids: &ids };
+    let sole_origin = (zones.len() == 1).then(|| zones[0].origin.to_name());
+    let sole_origin = sole_origin.as_ref();
+    let Names { named, ids, rejected } = name_all(sources, prev, zones, sole_origin, errors);
+    let ctx = Context { prev, zones, sole_origin, world, ids: &ids };
     let profiles = build_parallel(&ctx, sources, &named, errors);
     // Profiles whose name was rejected are still checked, so all their errors show at once.
     let placeholder = Named { wire: WireName::root(), zone: 0 };
@@ -246,6 +248,7 @@ pub fn build_all(
 struct Context<'a> {
     prev: &'a [Profile],
     zones: &'a [Zone],
+    sole_origin: Option<&'a Name>,
     world: &'a World,
     ids: &'a HashMap<WireName, usize>,
 }
@@ -255,7 +258,10 @@ impl Context<'_> {
         let mut sink = Sink { file: &src.file, errors };
         let (zones, ids, world) = (self.zones, self.ids, self.world);
         match &src.doc {
-            Doc::Raw(raw) => Builder { sink: &mut sink, zones, ids, world }.profile(raw, n),
+            Doc::Raw(raw) => {
+                let sole_origin = self.sole_origin;
+                Builder { sink: &mut sink, zones, sole_origin, ids, world }.profile(raw, n)
+            }
             Doc::Reused(old) => reuse::take_over(self.prev, *old, ids).unwrap_or_else(|e| {
                 sink.at(Pos::default(), e);
                 self.prev[*old].clone()
@@ -318,16 +324,16 @@ fn name_all(
     sources: &[Source],
     prev: &[Profile],
     zones: &[Zone],
+    sole_origin: Option<&Name>,
     errors: &mut Vec<ConfigError>,
 ) -> Names {
     let mut named: Vec<(usize, Named)> = Vec::with_capacity(sources.len());
     let mut ids: HashMap<WireName, usize> = HashMap::with_capacity(sources.len());
     let mut rejected = Vec::new();
-    let sole_origin = (zones.len() == 1).then(|| zones[0].origin.to_name());
     for (i, src) in sources.iter().enumerate() {
         let mut sink = Sink { file: &src.file, errors };
         let n = match &src.doc {
-            Doc::Raw(raw) => resolve_name(&mut sink, &raw.name, zones, sole_origin.as_ref()),
+            Doc::Raw(raw) => resolve_name(&mut sink, &raw.name, zones, sole_origin),
             Doc::Reused(old) => {
                 Some(Named { wire: prev[*old].wire.clone(), zone: prev[*old].zone })
             }
@@ -352,6 +358,8 @@ fn name_all(
 pub(super) struct Builder<'s, 'f> {
     pub(super) sink: &'s mut Sink<'f>,
     pub(super) zones: &'s [Zone],
+    /// The one zone's origin, when there is exactly one (relative names resolve to it).
+    pub(super) sole_origin: Option<&'s Name>,
     pub(super) ids: &'s HashMap<WireName, usize>,
     pub(super) world: &'s World,
 }
@@ -580,8 +588,7 @@ impl Builder<'_, '_> {
     }
 
     fn child(&mut self, p: &S<String>) -> usize {
-        let origin = (self.zones.len() == 1).then(|| self.zones[0].origin.to_name());
-        let Some(n) = resolve_name(self.sink, p, self.zones, origin.as_ref()) else {
+        let Some(n) = resolve_name(self.sink, p, self.zones, self.sole_origin) else {
             return usize::MAX;
         };
         match self.ids.get(&n.wire) {

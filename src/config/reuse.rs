@@ -54,14 +54,17 @@ impl<'a> Reuse<'a> {
 /// zone index), latency-table regions and topology zones (indices in rules), and the
 /// region hierarchy (geographic codes). Mtimes are not trusted: content is compared.
 fn same_context(prev: &Snapshot, zones: &[Zone], world: &World) -> bool {
-    let latency_regions = |w: &World| {
-        w.latency.as_ref().map(|t| t.regions().iter().map(|r| r.name.clone()).collect::<Vec<_>>())
+    let same_latency_regions = match (&prev.world.latency, &world.latency) {
+        (Some(a), Some(b)) => {
+            a.regions().iter().map(|r| &r.name).eq(b.regions().iter().map(|r| &r.name))
+        }
+        (a, b) => a.is_none() && b.is_none(),
     };
     prev.zones.len() == zones.len()
         && prev.zones.iter().zip(zones).all(|(a, b)| a.origin == b.origin)
         && Arc::ptr_eq(&prev.world.regions, &world.regions)
         && prev.world.zone_names == world.zone_names
-        && latency_regions(&prev.world) == latency_regions(world)
+        && same_latency_regions
 }
 
 /// A file's content identity; with the length, a change that keeps the hash is
@@ -88,4 +91,38 @@ pub fn take_over(
         }
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::profiles::{Doc, read_dir};
+
+    /// The reload tests in tests/config.rs show a reload equals a fresh load; this one shows
+    /// that the unchanged file really was taken over and the edited one parsed again.
+    #[test]
+    fn unchanged_files_are_taken_over_and_edited_ones_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let profiles = dir.path().join("profiles");
+        std::fs::create_dir_all(&profiles).unwrap();
+        let server = "listen:\n  dns: [\"127.0.0.1:0\"]\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: { rname: hostmaster.example.test. }\n";
+        std::fs::write(dir.path().join("steerdns.yaml"), server).unwrap();
+        let doc = |n: &str| format!("name: {n}\nrouting: priority\nendpoints: []\n");
+        std::fs::write(profiles.join("a.yaml"), doc("a")).unwrap();
+        std::fs::write(profiles.join("b.yaml"), doc("b")).unwrap();
+        let snap = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+        std::fs::write(profiles.join("b.yaml"), doc("b") + "# edited\n").unwrap();
+        let reuse = Reuse::new(&snap, &snap.zones, &snap.world).expect("same context");
+        let mut errors = Vec::new();
+        let (sources, _) = read_dir(&profiles, Some(&reuse), &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        let kinds: Vec<(&str, bool)> = sources
+            .iter()
+            .map(|s| {
+                let file = s.file.file_name().unwrap().to_str().unwrap();
+                (file, matches!(s.doc, Doc::Reused(_)))
+            })
+            .collect();
+        assert_eq!(kinds, [("a.yaml", true), ("b.yaml", false)]);
+    }
 }

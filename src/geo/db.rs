@@ -101,7 +101,7 @@ struct Opened {
     reader: Reader<Mmap>,
     path: PathBuf,
     /// Data offset → location (`None`: the record does not decode, treated as no data).
-    records: HashMap<usize, Option<Location>, foldhash::fast::RandomState>,
+    records: crate::FastMap<usize, Option<Location>>,
     /// The same networks reduced to country and subdivision, merged.
     places: Places,
 }
@@ -215,21 +215,10 @@ impl GeoDb {
         self.inner.records.len()
     }
 
-    /// The country and subdivision of `ip` and the length of the widest block around it
-    /// at the same place (both in `ip`'s family): what geographic routing needs, cheaper
-    /// than `lookup_scoped` and with the scope a resolver may cache the answer for.
-    pub fn place(&self, ip: IpAddr) -> (Option<Place>, u8) {
-        self.inner.places.lookup(ip)
-    }
-
-    /// The compiled places behind `place`, for per-place tables (`places().lookup_id`).
+    /// The database compiled for geographic routing: each address's country and
+    /// subdivision and the widest block around it at that place (see `Places`).
     pub fn places(&self) -> &Places {
         &self.inner.places
-    }
-
-    /// Distinct places and the merged trie's node count.
-    pub fn place_size(&self) -> (usize, usize) {
-        self.inner.places.size()
     }
 
     /// Whether both were opened from the same unchanged file (and share its records).

@@ -132,7 +132,7 @@ pub struct LatencyTable {
     rows: Vec<Row>,
     cidrs: PrefixMap,
     /// Canonical hierarchy code → row (looked up per query: a fast hasher).
-    by_code: HashMap<String, usize, foldhash::fast::RandomState>,
+    by_code: crate::FastMap<String, usize>,
     hierarchy: Arc<Regions>,
 }
 
@@ -237,12 +237,9 @@ impl LatencyTable {
             return RowMatch::Cidr { row: row as usize, prefix_len, scope: cidr_scope };
         }
         let scope = cidr_scope.max(loc.map_or(0, |l| l.prefix_len));
-        let country = loc.and_then(|l| l.country);
-        let sub = loc.and_then(|l| l.subdivision);
-        let row = self
-            .hierarchy
-            .chain(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|s| s.as_str()))
-            .find_map(|code| self.by_code.get(code).copied());
+        let chain = self.hierarchy.place_chain(loc.map(|l| l.place()));
+        let row =
+            chain.ids().iter().find_map(|&id| self.by_code.get(self.hierarchy.code(id)).copied());
         match row {
             Some(row) => RowMatch::Region { row, scope },
             None => RowMatch::None { scope },

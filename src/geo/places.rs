@@ -46,11 +46,31 @@ const JUMP_BITS: u8 = 16;
 /// Place ids that fit beside a depth in a jump entry.
 const JUMP_MAX_PLACE: u32 = (1 << 24) - 1;
 
+/// One trie per address family, looked up by any address.
+#[derive(Debug)]
+struct Tries {
+    v4: Trie,
+    v6: Trie,
+}
+
+impl Tries {
+    /// The leaf id of `ip` and how many leading bits decided it.
+    fn lookup(&self, ip: IpAddr) -> (u32, u8) {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => self.v4.lookup(u128::from(a.to_bits()) << 96),
+            IpAddr::V6(a) => self.v6.lookup(a.to_bits()),
+        }
+    }
+
+    fn nodes(&self) -> usize {
+        self.v4.nodes.len() + self.v6.nodes.len()
+    }
+}
+
 /// Both families' tries and the places their leaves name.
 #[derive(Debug)]
 pub struct Places {
-    v4: Trie,
-    v6: Trie,
+    tries: Tries,
     /// Index 0 is "no data" (never returned as a place).
     places: Vec<Place>,
 }
@@ -93,7 +113,8 @@ impl PlacesBuilder {
     }
 
     pub fn finish(self) -> Places {
-        Places { v4: self.v4.compact(), v6: self.v6.compact(), places: self.places }
+        let tries = Tries { v4: self.v4.compact(), v6: self.v6.compact() };
+        Places { tries, places: self.places }
     }
 }
 
@@ -107,10 +128,7 @@ impl Places {
     /// `lookup` as a place id: ids are dense, so callers can keep per-place data in a
     /// vector (`ids()`) and skip the place itself.
     pub fn lookup_id(&self, ip: IpAddr) -> (PlaceId, u8) {
-        match ip.to_canonical() {
-            IpAddr::V4(a) => self.v4.lookup(u128::from(a.to_bits()) << 96),
-            IpAddr::V6(a) => self.v6.lookup(a.to_bits()),
-        }
+        self.tries.lookup(ip)
     }
 
     /// The place an id names (`None` for the "no data" id).
@@ -125,7 +143,7 @@ impl Places {
 
     /// Distinct places and trie nodes after merging, for logs and tests.
     pub fn size(&self) -> (usize, usize) {
-        (self.places.len() - 1, self.v4.nodes.len() + self.v6.nodes.len())
+        (self.places.len() - 1, self.tries.nodes())
     }
 }
 
@@ -133,23 +151,17 @@ impl Places {
 /// networks whose places get the same answer merge, as gdnsd compiles each of its maps, so
 /// the walk is shorter and the block (the ECS scope) is as wide as the answer allows.
 #[derive(Debug)]
-pub struct Classes {
-    v4: Trie,
-    v6: Trie,
-}
+pub struct Classes(Tries);
 
 impl Classes {
     /// The class of `ip` and how many leading bits decided it.
     pub fn lookup(&self, ip: IpAddr) -> (u32, u8) {
-        match ip.to_canonical() {
-            IpAddr::V4(a) => self.v4.lookup(u128::from(a.to_bits()) << 96),
-            IpAddr::V6(a) => self.v6.lookup(a.to_bits()),
-        }
+        self.0.lookup(ip)
     }
 
     /// Trie nodes of both families, for logs and tests.
     pub fn nodes(&self) -> usize {
-        self.v4.nodes.len() + self.v6.nodes.len()
+        self.0.nodes()
     }
 }
 
@@ -157,7 +169,8 @@ impl Places {
     /// Relabels every place `p` as `class_of[p]` (indexed by place id, "no data" included)
     /// and merges what became equal. Classes must fit a jump entry (below 2^24).
     pub fn classify(&self, class_of: &[u32]) -> Classes {
-        Classes { v4: self.v4.relabel(class_of), v6: self.v6.relabel(class_of) }
+        let t = &self.tries;
+        Classes(Tries { v4: t.v4.relabel(class_of), v6: t.v6.relabel(class_of) })
     }
 }
 

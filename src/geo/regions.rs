@@ -7,14 +7,13 @@
 //! subdivision under a known country, so `chain` can walk up the tree without surprises.
 //! Codes are compared case-insensitively and always handed out in upper case.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use super::Entries;
+use super::{Entries, Place};
 use crate::config::ConfigErrors;
 use crate::config::error::{Sink, from_yaml};
 
@@ -86,7 +85,7 @@ struct Entry {
 pub struct Regions {
     /// Index 0 is WORLD; groupings, countries and subdivisions follow in file order.
     entries: Vec<Entry>,
-    by_code: HashMap<String, usize, foldhash::fast::RandomState>,
+    by_code: crate::FastMap<String, usize>,
 }
 
 #[derive(Deserialize)]
@@ -202,6 +201,13 @@ impl Regions {
             chain.len += 1;
         }
         chain
+    }
+
+    /// `chain_ids` for a database place (country and subdivision codes).
+    pub fn place_chain(&self, place: Option<Place>) -> Chain {
+        let country = place.as_ref().and_then(|p| p.country);
+        let sub = place.as_ref().and_then(|p| p.subdivision);
+        self.chain_ids(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()))
     }
 
     /// The id of a code (any case).

@@ -47,7 +47,7 @@ pub enum Reason {
         name: String,
         error: String,
     },
-    /// The probe cannot be sent at all (an invalid header, no HTTP client).
+    /// The probe cannot be sent at all (an invalid header, no TLS configuration).
     Setup(String),
     /// Any other I/O or protocol failure, with its innermost error text.
     Other(String),

@@ -42,7 +42,7 @@ pub const GRID: Duration = Duration::from_millis(10);
 
 /// Where in its interval a probe first runs: a hash of its key, so the spread is uniform
 /// over many probes and a given probe always gets the same offset from its start.
-pub fn first_offset(key: &ProbeKey) -> Duration {
+fn first_offset(key: &ProbeKey) -> Duration {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
     let nanos = key.monitor.interval.as_nanos().max(1);
