@@ -765,9 +765,16 @@ if wants scale; then
     files=("$WORK"/scale/profiles/*.yaml)
     for k in 1 2 3; do reload "nothing changed ($k)"; done
     for k in 1 2 3; do echo "# edit $k" >>"${files[0]}"; reload "one file edited ($k)"; done
+    # Only an edited document is parsed again: a comment at each file's end edits one
+    # document a file; a comment before each profile's routing: line edits every document
+    # (the worst case: a full parse, as at startup).
     for k in 1 2 3; do
       for f in "${files[@]}"; do echo "# edit $k" >>"$f"; done
-      reload "all ${#files[@]} files edited ($k)"
+      reload "all ${#files[@]} files edited, one document each ($k)"
+    done
+    for k in 1 2 3; do
+      sed -i "s/^routing:/# rev $k\nrouting:/" "${files[@]}"
+      reload "every document of every file edited ($k)"
     done
   fi
   # Every profile name once, shuffled: each query hits another profile.

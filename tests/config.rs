@@ -383,6 +383,24 @@ fn a_large_configuration_loads_and_reloads_identically() {
     assert!(texts[1504].contains("n->p1503."), "{}", texts[1504]);
     let again = config::load(&path, Some(&first)).unwrap();
     assert_eq!(profiles_text(&again), texts);
+    // Edits inside a file: a document changed, one removed, one added before the rest;
+    // the file's other documents are taken over (ids moved) and equal a fresh load.
+    let docs: Vec<String> = file(1).split("---\n").map(str::to_string).collect();
+    let mut edited = vec![LEAF.replace("leaf", "new")];
+    for (k, d) in docs.into_iter().enumerate() {
+        match k {
+            500 => edited.push(d.replace("192.0.2.9", "192.0.2.77")),
+            604 => {} // p1604: p1605 is a leaf, so nothing nests p1604
+            _ => edited.push(d),
+        }
+    }
+    std::fs::write(dir.path().join("profiles/1.yaml"), edited.join("---\n")).unwrap();
+    let edited = config::load(&path, Some(&again)).unwrap();
+    let fresh = config::load(&path, None).unwrap();
+    assert_eq!(profiles_text(&edited), profiles_text(&fresh));
+    assert!(profiles_text(&fresh).iter().any(|t| t.contains("192.0.2.77")));
+    assert_eq!(fresh.profiles.len(), 3000);
+    std::fs::write(dir.path().join("profiles/1.yaml"), file(1)).unwrap();
     // Errors early and late keep their order; a reload finds the same ones.
     let bad = file(2).replace("profile: p2500 ", "profile: nowhere ");
     std::fs::write(dir.path().join("profiles/2.yaml"), bad).unwrap();

@@ -7,6 +7,7 @@
 
 mod check;
 pub mod error;
+mod files;
 mod monitor;
 mod profiles;
 pub mod raw;
@@ -27,7 +28,7 @@ pub use profiles::compute_families;
 pub use reuse::ProfileFile;
 
 use error::{Sink, from_yaml};
-use profiles::Doc;
+use files::Doc;
 use raw::RawServer;
 use reuse::Reuse;
 
@@ -74,7 +75,7 @@ fn load_with(
     let (listen, mut zones, world, profiles_dir) =
         server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
-    let (sources, files) = profiles::read_dir(&profiles_dir, reuse.as_ref(), &mut errors);
+    let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &mut errors);
     let reused = sources.iter().any(|s| matches!(s.doc, Doc::Reused(_)));
     let prev = previous.map_or(&[][..], |p| p.profiles.as_slice());
     let (mut profiles, origin_doc) =
@@ -180,7 +181,7 @@ fn check_zone_overlap(sink: &mut Sink<'_>, raw: &RawServer, zones: &[Zone]) {
 
 /// Puts each profile on its zone node; a name cannot be a profile and static records.
 fn attach_profiles(
-    sources: &[profiles::Source],
+    sources: &[files::Source],
     origin_doc: &[usize],
     profiles: &[Profile],
     zones: &mut [Zone],

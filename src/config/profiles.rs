@@ -1,18 +1,17 @@
-//! Reads `profiles/*.yaml` (several YAML documents a file) and validates each profile:
-//! names, endpoints, targets, per-method rules, monitors and nesting (contract §3).
+//! Validates each profile read from `profiles/*.yaml` (see `files`): names, endpoints,
+//! targets, per-method rules, monitors and nesting (contract §3).
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use hickory_proto::rr::Name;
 
 use super::check::{int_in, int_or};
-use super::error::{ConfigError, Pos, Sink, from_yaml};
+use super::error::{ConfigError, Pos, Sink};
+use super::files::{Doc, Source};
 use super::monitor;
 use super::raw::{RawEndpoint, RawProfile, S};
-use super::reuse::{self, ProfileFile, Reuse};
+use super::reuse;
 use super::zones::parse_name;
 use crate::dns::name::WireName;
 use crate::location::World;
@@ -22,157 +21,6 @@ use crate::zone::Zone;
 
 /// Deepest allowed chain of nested profiles.
 pub const MAX_NESTING: usize = 10;
-
-/// One profile document and the file it came from.
-pub struct Source {
-    pub file: Arc<Path>,
-    /// Where errors about the profile as a whole point (its `name:`). Taken-over profiles
-    /// have no position, but a load that reports errors never keeps them (see `reuse`).
-    pub name_pos: Pos,
-    pub doc: Doc,
-}
-
-/// A document parsed now, or one taken over unchanged from the running snapshot.
-pub enum Doc {
-    Raw(Box<RawProfile>),
-    /// The profile's id in the previous snapshot.
-    Reused(usize),
-}
-
-/// Every `*.yaml` / `*.yml` file of `dir`, in name order, each split into documents, and
-/// what each file held (for the next reload's `reuse`).
-pub fn read_dir(
-    dir: &Path,
-    reuse: Option<&Reuse<'_>>,
-    errors: &mut Vec<ConfigError>,
-) -> (Vec<Source>, Vec<ProfileFile>) {
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_yaml(p)).collect(),
-        Err(e) => {
-            errors.push(ConfigError {
-                file: dir.to_path_buf(),
-                pos: Pos::default(),
-                message: format!("cannot read profiles directory: {e}"),
-            });
-            return (Vec::new(), Vec::new());
-        }
-    };
-    files.sort();
-    let mut out = Vec::new();
-    let mut seen = Vec::new();
-    for (path, read) in files.iter().zip(read_parallel(&files, reuse)) {
-        errors.extend(read.errors);
-        if let Some((len, hash)) = read.identity {
-            let ids = out.len()..out.len() + read.docs.len();
-            seen.push(ProfileFile { path: path.clone(), len, hash, ids });
-        }
-        out.extend(read.docs);
-    }
-    (out, seen)
-}
-
-/// What reading one file gave: its documents, its errors, and its length and content
-/// hash when it could be read.
-#[derive(Default)]
-struct FileRead {
-    docs: Vec<Source>,
-    errors: Vec<ConfigError>,
-    identity: Option<(usize, u64)>,
-}
-
-/// Reads (and parses, unless taken over) every file, spread over the cores: YAML parsing
-/// dominates a large load. Results come back in file order, so ids and error order do not
-/// depend on thread timing.
-fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> {
-    let workers =
-        std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len().max(1));
-    let mut parts: Vec<(usize, FileRead)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                scope.spawn(move || {
-                    (w..files.len())
-                        .step_by(workers)
-                        .map(|i| (i, read_file(&files[i], reuse)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a profile parser thread panicked"))
-            .collect()
-    });
-    parts.sort_by_key(|(i, _)| *i);
-    parts.into_iter().map(|(_, read)| read).collect()
-}
-
-/// Every profile of one file: taken over when the running snapshot read the same bytes.
-fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
-    let mut read = FileRead::default();
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            read.errors.push(ConfigError {
-                file: path.to_path_buf(),
-                pos: Pos::default(),
-                message: format!("cannot read: {e}"),
-            });
-            return read;
-        }
-    };
-    if text.trim().is_empty() {
-        // Most likely caught halfway through a non-atomic write: refuse rather than
-        // silently drop every profile the file held.
-        read.errors.push(ConfigError {
-            file: path.to_path_buf(),
-            pos: Pos::default(),
-            message: "the file is empty; delete it to remove its profiles".into(),
-        });
-    }
-    let hash = reuse::content_hash(&text);
-    read.identity = Some((text.len(), hash));
-    let file: Arc<Path> = Arc::from(path);
-    read.docs = match reuse.and_then(|r| r.unchanged(path, text.len(), hash)) {
-        Some(ids) => ids
-            .map(|old| Source {
-                file: file.clone(),
-                name_pos: Pos::default(),
-                doc: Doc::Reused(old),
-            })
-            .collect(),
-        None => parse_documents(&file, &text, &mut read.errors),
-    };
-    read
-}
-
-/// All documents of one file. The whole-file parse is fast; only when it fails is the file
-/// read again document by document, so that a type error in one document still lets the
-/// others load and report their own errors (the streaming reader copies its buffer per
-/// document, which is too slow for files of thousands of profiles).
-fn parse_documents(file: &Arc<Path>, text: &str, errors: &mut Vec<ConfigError>) -> Vec<Source> {
-    let source = |raw: RawProfile| Source {
-        file: file.clone(),
-        name_pos: Pos::of(&raw.name),
-        doc: Doc::Raw(Box::new(raw)),
-    };
-    if let Ok(docs) = serde_saphyr::from_multiple::<RawProfile>(text) {
-        return docs.into_iter().map(source).collect();
-    }
-    let mut out = Vec::new();
-    let mut reader = std::io::Cursor::new(text.as_bytes());
-    for doc in serde_saphyr::read::<_, RawProfile>(&mut reader) {
-        match doc {
-            Ok(raw) => out.push(source(raw)),
-            Err(e) => errors.push(from_yaml(file, &e)),
-        }
-    }
-    out
-}
-
-fn is_yaml(p: &Path) -> bool {
-    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml")) && p.is_file()
-}
 
 /// A profile name resolved to its absolute form and zone.
 struct Named {

@@ -2,6 +2,7 @@
 //! Values that later checks may complain about are `S` (located), so every error can name
 //! its FILE:LINE:COL. No meaning is given to anything here; `validate` does that.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -298,6 +299,20 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
+thread_local! {
+    /// Lines of the file before the text being parsed: profile files are parsed a piece
+    /// at a time (see `files`), and positions name lines of the whole file.
+    static LINE_BASE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs a parse whose positions are `lines_before` lines further down the file.
+pub fn with_line_base<R>(lines_before: u32, parse: impl FnOnce() -> R) -> R {
+    let outer = LINE_BASE.replace(lines_before);
+    let out = parse();
+    LINE_BASE.set(outer);
+    out
+}
+
 /// Reads line and column of a location and stops there (the span is not needed).
 struct PosSeed;
 
@@ -317,7 +332,7 @@ impl<'de> Visitor<'de> for PosSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pos, A::Error> {
-        let (mut line, mut col) = (None, None);
+        let (mut line, mut col): (Option<u32>, Option<u32>) = (None, None);
         while let Some(key) = map.next_key::<Key>()? {
             match key {
                 Key::Line => line = Some(map.next_value()?),
@@ -327,7 +342,8 @@ impl<'de> Visitor<'de> for PosSeed {
                 }
             }
             if let (Some(line), Some(col)) = (line, col) {
-                return Ok(Pos { line, col });
+                let base = if line > 0 { LINE_BASE.get() } else { 0 };
+                return Ok(Pos { line: line + base, col });
             }
         }
         Err(de::Error::missing_field("line"))

@@ -1,5 +1,5 @@
-//! Reloads take over the profiles of files that did not change. A profile file with the
-//! bytes the running snapshot was built from, read in the same context (zone origins,
+//! Reloads take over the profiles of files, and of pieces of files, that did not change. A
+//! profile document with the bytes the running snapshot was built from, read in the same context (zone origins,
 //! latency-table regions, topology zones, region hierarchy), validates to the same
 //! profiles; so they are cloned from the running snapshot instead of being parsed again,
 //! which is most of a reload's cost. Only nested children are renumbered, by name, since
@@ -28,6 +28,30 @@ pub struct ProfileFile {
     pub len: usize,
     pub hash: u64,
     pub ids: Range<usize>,
+    /// The file's pieces of whole documents (see `files`), in order: a reload of an edited
+    /// file takes over the profiles of every piece whose bytes did not change.
+    pub pieces: Arc<[Piece]>,
+}
+
+/// A piece of a profile file: its content's identity and how many profiles it produced.
+#[derive(Clone, Copy, Debug)]
+pub struct Piece {
+    pub len: usize,
+    pub hash: u64,
+    pub profiles: usize,
+}
+
+impl ProfileFile {
+    /// The ids each piece produced, by the piece's length and content hash.
+    pub fn pieces_by_content(&self) -> HashMap<(usize, u64), Range<usize>> {
+        let mut next = self.ids.start;
+        let mut by_content = HashMap::with_capacity(self.pieces.len());
+        for p in self.pieces.iter() {
+            by_content.insert((p.len, p.hash), next..next + p.profiles);
+            next += p.profiles;
+        }
+        by_content
+    }
 }
 
 /// The files of the running snapshot a load may take over, by path.
@@ -43,10 +67,9 @@ impl<'a> Reuse<'a> {
         })
     }
 
-    /// The previous snapshot's ids of `path`'s profiles, when its content is unchanged.
-    pub fn unchanged(&self, path: &Path, len: usize, hash: u64) -> Option<Range<usize>> {
-        let f = self.files.get(path)?;
-        (f.len == len && f.hash == hash).then(|| f.ids.clone())
+    /// What the running snapshot read from `path`.
+    pub fn file(&self, path: &Path) -> Option<&'a ProfileFile> {
+        self.files.get(path).copied()
     }
 }
 
@@ -96,33 +119,45 @@ pub fn take_over(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::profiles::{Doc, read_dir};
+    use crate::config::files::{Doc, read_dir};
 
     /// The reload tests in tests/config.rs show a reload equals a fresh load; this one shows
-    /// that the unchanged file really was taken over and the edited one parsed again.
+    /// what was really taken over: the unchanged file, and the unchanged documents of an
+    /// edited one (each as the same profile), while edited documents are parsed again.
     #[test]
-    fn unchanged_files_are_taken_over_and_edited_ones_parsed() {
+    fn unchanged_files_and_documents_are_taken_over_and_edited_ones_parsed() {
         let dir = tempfile::tempdir().unwrap();
         let profiles = dir.path().join("profiles");
         std::fs::create_dir_all(&profiles).unwrap();
         let server = "listen:\n  dns: [\"127.0.0.1:0\"]\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: { rname: hostmaster.example.test. }\n";
         std::fs::write(dir.path().join("steerdns.yaml"), server).unwrap();
-        let doc = |n: &str| format!("name: {n}\nrouting: priority\nendpoints: []\n");
-        std::fs::write(profiles.join("a.yaml"), doc("a")).unwrap();
-        std::fs::write(profiles.join("b.yaml"), doc("b")).unwrap();
+        let doc = |n: &str, r: &str| format!("name: {n}\nrouting: {r}\nendpoints: []\n");
+        let b = |b2: &str, tail: &str| {
+            let last = doc("b4", "priority") + tail;
+            [doc("b1", "priority"), doc("b2", b2), doc("b3", "priority"), last].join("---\n")
+        };
+        std::fs::write(profiles.join("a.yaml"), doc("a", "priority")).unwrap();
+        std::fs::write(profiles.join("b.yaml"), b("priority", "")).unwrap();
         let snap = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
-        std::fs::write(profiles.join("b.yaml"), doc("b") + "# edited\n").unwrap();
+        std::fs::write(profiles.join("b.yaml"), b("weighted", "# edited\n")).unwrap();
         let reuse = Reuse::new(&snap, &snap.zones, &snap.world).expect("same context");
         let mut errors = Vec::new();
         let (sources, _) = read_dir(&profiles, Some(&reuse), &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
-        let kinds: Vec<(&str, bool)> = sources
+        let kinds: Vec<String> = sources
             .iter()
-            .map(|s| {
-                let file = s.file.file_name().unwrap().to_str().unwrap();
-                (file, matches!(s.doc, Doc::Reused(_)))
+            .map(|s| match &s.doc {
+                Doc::Reused(old) => format!("taken over {}", snap.profiles[*old].name),
+                Doc::Raw(raw) => format!("parsed {}", raw.name.value),
             })
             .collect();
-        assert_eq!(kinds, [("a.yaml", true), ("b.yaml", false)]);
+        let want = [
+            "taken over a.tm.example.test.",
+            "taken over b1.tm.example.test.",
+            "parsed b2",
+            "taken over b3.tm.example.test.",
+            "parsed b4",
+        ];
+        assert_eq!(kinds, want);
     }
 }

@@ -3,12 +3,14 @@
 //! building a `hickory_proto::rr::Name`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use hickory_proto::rr::Name;
 
-/// A lower-cased, uncompressed, absolute wire-format domain name.
+/// A lower-cased, uncompressed, absolute wire-format domain name. Shared, not copied, on
+/// clone: a reload takes over most profiles, and their names, from the running snapshot.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WireName(Box<[u8]>);
+pub struct WireName(Arc<[u8]>);
 
 impl WireName {
     /// Builds the name from hickory's `Name` (made absolute, lower-cased).
@@ -19,7 +21,7 @@ impl WireName {
             out.extend(label.iter().map(u8::to_ascii_lowercase));
         }
         out.push(0);
-        WireName(out.into_boxed_slice())
+        WireName(out.into())
     }
 
     /// Parses presentation format ("www.example.test."), relative names taken as absolute.
@@ -29,7 +31,7 @@ impl WireName {
     }
 
     pub fn root() -> WireName {
-        WireName(Box::new([0]))
+        WireName(Arc::new([0]))
     }
 
     pub fn as_bytes(&self) -> &[u8] {

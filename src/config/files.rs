@@ -1,0 +1,279 @@
+//! Reads the profile directory: every `*.yaml` file in name order, split into pieces of
+//! whole YAML documents, each piece parsed unless the running snapshot read the same bytes
+//! (its profiles are then taken over, see `reuse`). A reload after an edit parses only the
+//! documents that changed, not the whole file they are in. Files are read on all cores;
+//! results come back in file order, so ids and error order do not depend on thread timing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::error::{ConfigError, Pos, from_yaml};
+use super::raw::{RawProfile, with_line_base};
+use super::reuse::{self, Piece, ProfileFile, Reuse};
+
+/// One profile document and the file it came from.
+pub struct Source {
+    pub file: Arc<Path>,
+    /// Where errors about the profile as a whole point (its `name:`). Taken-over profiles
+    /// have no position, but a load that reports errors never keeps them (see `reuse`).
+    pub name_pos: Pos,
+    pub doc: Doc,
+}
+
+/// A document parsed now, or one taken over unchanged from the running snapshot.
+pub enum Doc {
+    Raw(Box<RawProfile>),
+    /// The profile's id in the previous snapshot.
+    Reused(usize),
+}
+
+/// Every `*.yaml` / `*.yml` file of `dir`, in name order, each split into documents, and
+/// what each file held (for the next reload's `reuse`).
+pub fn read_dir(
+    dir: &Path,
+    reuse: Option<&Reuse<'_>>,
+    errors: &mut Vec<ConfigError>,
+) -> (Vec<Source>, Vec<ProfileFile>) {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_yaml(p)).collect(),
+        Err(e) => {
+            errors.push(ConfigError {
+                file: dir.to_path_buf(),
+                pos: Pos::default(),
+                message: format!("cannot read profiles directory: {e}"),
+            });
+            return (Vec::new(), Vec::new());
+        }
+    };
+    files.sort();
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for (path, read) in files.iter().zip(read_parallel(&files, reuse)) {
+        errors.extend(read.errors);
+        if let Some((len, hash, pieces)) = read.identity {
+            let ids = out.len()..out.len() + read.docs.len();
+            seen.push(ProfileFile { path: path.clone(), len, hash, ids, pieces });
+        }
+        out.extend(read.docs);
+    }
+    (out, seen)
+}
+
+/// What reading one file gave: its documents, its errors, and its length, content hash
+/// and pieces when it could be read.
+#[derive(Default)]
+struct FileRead {
+    docs: Vec<Source>,
+    errors: Vec<ConfigError>,
+    identity: Option<(usize, u64, Arc<[Piece]>)>,
+}
+
+/// Reads (and parses, unless taken over) every file, spread over the cores: YAML parsing
+/// dominates a large load.
+fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> {
+    let workers =
+        std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len().max(1));
+    let mut parts: Vec<(usize, FileRead)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                scope.spawn(move || {
+                    (w..files.len())
+                        .step_by(workers)
+                        .map(|i| (i, read_file(&files[i], reuse)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a profile parser thread panicked"))
+            .collect()
+    });
+    parts.sort_by_key(|(i, _)| *i);
+    parts.into_iter().map(|(_, read)| read).collect()
+}
+
+/// Every profile of one file: all taken over when the running snapshot read the same
+/// bytes, otherwise piece by piece.
+fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
+    let mut read = FileRead::default();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            read.errors.push(ConfigError {
+                file: path.to_path_buf(),
+                pos: Pos::default(),
+                message: format!("cannot read: {e}"),
+            });
+            return read;
+        }
+    };
+    if text.trim().is_empty() {
+        // Most likely caught halfway through a non-atomic write: refuse rather than
+        // silently drop every profile the file held.
+        read.errors.push(ConfigError {
+            file: path.to_path_buf(),
+            pos: Pos::default(),
+            message: "the file is empty; delete it to remove its profiles".into(),
+        });
+    }
+    let hash = reuse::content_hash(&text);
+    let file: Arc<Path> = Arc::from(path);
+    let prev = reuse.and_then(|r| r.file(path));
+    if let Some(p) = prev.filter(|p| p.len == text.len() && p.hash == hash) {
+        read.docs = p.ids.clone().map(|old| reused(&file, old)).collect();
+        read.identity = Some((text.len(), hash, p.pieces.clone()));
+        return read;
+    }
+    let mut previous = prev.map(ProfileFile::pieces_by_content).unwrap_or_default();
+    let mut pieces = Vec::new();
+    for (piece, line) in split(&text) {
+        let (len, hash) = (piece.len(), reuse::content_hash(piece));
+        let before = read.docs.len();
+        match previous.remove(&(len, hash)) {
+            Some(ids) => read.docs.extend(ids.map(|old| reused(&file, old))),
+            None => parse_piece(&file, piece, line, &mut read),
+        }
+        pieces.push(Piece { len, hash, profiles: read.docs.len() - before });
+    }
+    read.identity = Some((text.len(), hash, pieces.into()));
+    read
+}
+
+fn reused(file: &Arc<Path>, old: usize) -> Source {
+    Source { file: file.clone(), name_pos: Pos::default(), doc: Doc::Reused(old) }
+}
+
+/// Splits a file's text before every line that starts a document (`---` followed by a
+/// blank or the line's end). YAML reserves such a line at column 0 for that marker, even
+/// inside block and quoted scalars, so each piece holds whole documents and parses to
+/// exactly what the whole file would. A file with a directive line (`%YAML`, `%TAG`)
+/// stays one piece: the directive belongs to the document after it. Each piece comes
+/// with the number of lines before it.
+fn split(text: &str) -> Vec<(&str, u32)> {
+    let mut pieces = Vec::new();
+    let (mut start, mut start_line, mut at, mut line) = (0, 0, 0, 0);
+    for l in text.split_inclusive('\n') {
+        if l.starts_with('%') {
+            return vec![(text, 0)];
+        }
+        if at > start && starts_document(l) {
+            pieces.push((&text[start..at], start_line));
+            (start, start_line) = (at, line);
+        }
+        at += l.len();
+        line += 1;
+    }
+    pieces.push((&text[start..], start_line));
+    pieces
+}
+
+fn starts_document(line: &str) -> bool {
+    line.strip_prefix("---")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
+}
+
+/// All documents of one piece, positions counted from the file's start. The whole-piece
+/// parse is fast; only when it fails is the piece read again document by document, so
+/// that a type error in one document still lets the others load and report their own
+/// errors (the streaming reader copies its buffer per document, too slow to be the rule).
+fn parse_piece(file: &Arc<Path>, piece: &str, line: u32, read: &mut FileRead) {
+    let source = |raw: RawProfile| Source {
+        file: file.clone(),
+        name_pos: Pos::of(&raw.name),
+        doc: Doc::Raw(Box::new(raw)),
+    };
+    with_line_base(line, || {
+        if let Ok(docs) = serde_saphyr::from_multiple::<RawProfile>(piece) {
+            read.docs.extend(docs.into_iter().map(source));
+            return;
+        }
+        let mut reader = std::io::Cursor::new(piece.as_bytes());
+        for doc in serde_saphyr::read::<_, RawProfile>(&mut reader) {
+            match doc {
+                Ok(raw) => read.docs.push(source(raw)),
+                Err(e) => read.errors.push(shifted(from_yaml(file, &e), line)),
+            }
+        }
+    });
+}
+
+/// A parse error's position in the whole file, given the lines before its piece.
+fn shifted(mut e: ConfigError, lines_before: u32) -> ConfigError {
+    if e.pos.line > 0 {
+        e.pos.line += lines_before;
+    }
+    e
+}
+
+fn is_yaml(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml")) && p.is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_split_before_each_document_start_line() {
+        let cases: &[(&str, &[(&str, u32)])] = &[
+            ("a: 1\n", &[("a: 1\n", 0)]),
+            ("a: 1\n---\nb: 2\n", &[("a: 1\n", 0), ("---\nb: 2\n", 1)]),
+            ("---\na: 1\n--- # two\nb: 2", &[("---\na: 1\n", 0), ("--- # two\nb: 2", 2)]),
+            ("a: 1\n---\t\r\nb: 2\n---", &[("a: 1\n", 0), ("---\t\r\nb: 2\n", 1), ("---", 3)]),
+            // Not markers: more dashes, indented, or inside a document's line.
+            ("a: 1\n----\n  ---\nb: '---'\n", &[("a: 1\n----\n  ---\nb: '---'\n", 0)]),
+            // A directive belongs to the document after it: the file stays whole.
+            ("a: 1\n...\n%YAML 1.2\n---\nb: 2\n", &[("a: 1\n...\n%YAML 1.2\n---\nb: 2\n", 0)]),
+            ("", &[("", 0)]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(split(text), *want, "{text:?}");
+        }
+    }
+
+    /// Parsing piece by piece gives the documents, and the positions, of the whole file:
+    /// block and quoted scalars holding dashes, anchors, comments and a document end
+    /// marker followed by a bare document.
+    #[test]
+    fn pieces_parse_to_the_whole_files_documents_and_positions() {
+        let text = "# leading comment\nname: a\nrouting: priority\nendpoints:\n  - &e { name: x, target: 192.0.2.1 }\n---\nname: b # ---\nrouting: \"weighted\n  ---\"\nendpoints: []\n...\nname: c\nrouting: >\n  ---\n  multivalue\nendpoints: [ { name: y,\n    target: 192.0.2.2 } ]\n--- \n\n---\nname: d\nrouting: priority\n";
+        let whole: Vec<RawProfile> = serde_saphyr::from_multiple(text).unwrap();
+        assert_eq!(whole.len(), 4, "the empty document is no profile");
+        let file: Arc<Path> = Arc::from(Path::new("p.yaml"));
+        let mut read = FileRead::default();
+        let pieces = split(text);
+        assert_eq!(pieces.len(), 4, "{pieces:?}");
+        for (piece, line) in pieces {
+            parse_piece(&file, piece, line, &mut read);
+        }
+        assert!(read.errors.is_empty(), "{:?}", read.errors);
+        let parsed: Vec<String> = read
+            .docs
+            .iter()
+            .map(|s| match &s.doc {
+                Doc::Raw(raw) => format!("{raw:?}"),
+                Doc::Reused(_) => unreachable!(),
+            })
+            .collect();
+        let want: Vec<String> = whole.iter().map(|raw| format!("{raw:?}")).collect();
+        assert_eq!(parsed, want);
+        assert_eq!(read.docs[3].name_pos, Pos { line: 21, col: 7 });
+    }
+
+    #[test]
+    fn a_parse_error_names_its_line_in_the_whole_file() {
+        let text = "name: a\nrouting: priority\n---\nname: b\nrouting: [\n";
+        let file: Arc<Path> = Arc::from(Path::new("p.yaml"));
+        let mut read = FileRead::default();
+        for (piece, line) in split(text) {
+            parse_piece(&file, piece, line, &mut read);
+        }
+        assert_eq!(read.docs.len(), 1);
+        let lines: Vec<u32> = read.errors.iter().map(|e| e.pos.line).collect();
+        let whole = serde_saphyr::from_multiple::<RawProfile>(text).unwrap_err();
+        assert_eq!(lines, [from_yaml(&file, &whole).pos.line]);
+        assert!(lines[0] >= 5, "{lines:?}");
+    }
+}
