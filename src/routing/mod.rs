@@ -224,12 +224,16 @@ pub fn eligible<H: HealthView + ?Sized>(
             if list.is_empty() { "none".into() } else { list.join(", ") }
         )
     });
-    let serving: Candidates = all.iter().copied().filter(|c| c.status.is_serving()).collect();
-    if !serving.is_empty() || !profile.fail_open {
-        return serving;
+    // Filtered in place: a second list would be another few hundred bytes to fill and
+    // move on every query.
+    let mut list = all;
+    if list.iter().any(|c| c.status.is_serving()) || !profile.fail_open {
+        list.retain(|c| c.status.is_serving());
+        return list;
     }
     ctx.note(|| "no endpoint is serving; fail_open: degraded endpoints serve".to_string());
-    all.into_iter().filter(|c| c.status == Status::Degraded).collect()
+    list.retain(|c| c.status == Status::Degraded);
+    list
 }
 
 #[cfg(test)]
