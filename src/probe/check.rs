@@ -10,6 +10,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::{Future, poll_fn};
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::Poll;
@@ -292,18 +293,15 @@ async fn any_ok(checks: impl Iterator<Item = (IpAddr, BoxCheck<'_>)>) -> Result<
 
 /// The reason of an I/O failure: a rustls error inside is a TLS failure, a refused
 /// connect is `Refused`, anything else reads as its innermost error.
-fn classify(err: &std::io::Error) -> Reason {
-    if err.kind() == std::io::ErrorKind::ConnectionRefused {
-        return Reason::Refused;
-    }
-    let mut cur = err.get_ref().map(|e| e as &(dyn StdError + 'static));
-    while let Some(e) = cur {
+fn classify(err: &io::Error) -> Reason {
+    let found = chain(err).find_map(|e| {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Reason::Tls(tls.to_string());
+            return Some(Reason::Tls(tls.to_string()));
         }
-        cur = e.source();
-    }
-    Reason::Other(innermost(err))
+        let io = e.downcast_ref::<io::Error>()?;
+        (io.kind() == io::ErrorKind::ConnectionRefused).then_some(Reason::Refused)
+    });
+    found.unwrap_or_else(|| Reason::Other(innermost(err)))
 }
 
 fn http_reason(err: &HttpError) -> Reason {
@@ -313,18 +311,23 @@ fn http_reason(err: &HttpError) -> Reason {
     }
 }
 
-/// The text of the deepest error in a chain (looking inside `io::Error`s too).
-fn innermost(err: &(dyn StdError + 'static)) -> String {
-    let mut last = err;
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        last = e;
-        cur = match e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
-            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+/// `err` and the errors beneath it, outermost first. An `io::Error`'s `source()` is its
+/// wrapped error's source, skipping the wrapped error itself (a rustls error, say), so the
+/// chain steps into it with `get_ref` instead.
+fn chain<'a>(
+    err: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(err), |&e: &&'a (dyn StdError + 'static)| {
+        match e.downcast_ref::<io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
             None => e.source(),
-        };
-    }
-    last.to_string()
+        }
+    })
+}
+
+/// The text of the deepest error in a chain.
+fn innermost(err: &(dyn StdError + 'static)) -> String {
+    chain(err).last().unwrap_or(err).to_string()
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -395,6 +398,23 @@ mod tests {
             got.await.unwrap_err().to_string(),
             "192.0.2.1: connection refused; ::1: body does not contain \"x\""
         );
+    }
+
+    /// An `io::Error` inside an `io::Error` (as stream adapters wrap them) is looked into
+    /// by `classify` as far as by `innermost`, so the reason and its text agree.
+    #[test]
+    fn wrapped_io_errors_are_classified_by_what_they_wrap() {
+        let refused = io::Error::other(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert_eq!(classify(&refused), Reason::Refused);
+        assert_eq!(classify(&refused).to_string(), innermost(&refused));
+
+        let bad_cert = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
+        let tls = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, bad_cert.clone()));
+        assert_eq!(classify(&tls), Reason::Tls(bad_cert.to_string()));
+        assert_eq!(innermost(&tls), bad_cert.to_string());
+
+        let reset = io::Error::other(io::Error::new(io::ErrorKind::ConnectionReset, "peer reset"));
+        assert_eq!(classify(&reset), Reason::Other("peer reset".into()));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::io;
 
+use ::http::header::{self, HeaderName, HeaderValue};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The largest response head accepted (status line and headers).
@@ -41,21 +42,22 @@ pub enum HttpError {
 /// Renders the GET request once. `host` is the default Host header; a monitor header of
 /// the same name (any case) replaces a default, as header names are case-insensitive.
 pub fn request(path: &str, host: &str, headers: &[(String, String)]) -> Result<Vec<u8>, String> {
-    let mut all: Vec<(String, &str)> = vec![
-        ("host".into(), host),
-        ("user-agent".into(), concat!("steerdns-probe/", env!("CARGO_PKG_VERSION"))),
-        ("accept".into(), "*/*"),
+    let mut all: Vec<(HeaderName, &str)> = vec![
+        (header::HOST, host),
+        (header::USER_AGENT, concat!("steerdns-probe/", env!("CARGO_PKG_VERSION"))),
+        (header::ACCEPT, "*/*"),
         // Each probe uses a fresh connection: the server may close it right after answering.
-        ("connection".into(), "close"),
+        (header::CONNECTION, "close"),
     ];
     for (k, v) in headers {
-        if k.is_empty() || !k.bytes().all(is_token) {
-            return Err(format!("invalid header name {k:?}"));
-        }
-        if !v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("invalid header name {k:?}"))?;
+        // `HeaderValue` also takes bytes above 0x7f (obs-text), which would go out as raw
+        // UTF-8 that servers may reject or read differently. Probes send ASCII only: such a
+        // value is a setup error naming the header, not a request the server may misread.
+        if !v.is_ascii() || HeaderValue::from_str(v).is_err() {
             return Err(format!("invalid value of header {k}: {v:?}"));
         }
-        let name = k.to_ascii_lowercase();
         all.retain(|(n, _)| *n != name);
         all.push((name, v));
     }
@@ -65,11 +67,6 @@ pub fn request(path: &str, host: &str, headers: &[(String, String)]) -> Result<V
     }
     out.extend_from_slice(b"\r\n");
     Ok(out)
-}
-
-/// RFC 9110 token characters (header names).
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// The request target: the path with the bytes a URL may not hold raw percent-encoded
@@ -366,5 +363,11 @@ mod tests {
         let bad = |k: &str, v: &str| request("/", "h", &[(k.to_string(), v.to_string())]);
         assert_eq!(bad("a b", "1").unwrap_err(), "invalid header name \"a b\"");
         assert_eq!(bad("X", "1\r\n2").unwrap_err(), "invalid value of header X: \"1\\r\\n2\"");
+        assert_eq!(bad("", "1").unwrap_err(), "invalid header name \"\"");
+        assert_eq!(bad("X", "caf\u{e9}").unwrap_err(), "invalid value of header X: \"caf\u{e9}\"");
+        // Every RFC 9110 token character is a valid name; tabs and spaces are valid in values.
+        let odd = request("/", "h", &[("X-Odd!#$%&'*+.^_`|~".into(), "a\tb c".into())]).unwrap();
+        let odd = String::from_utf8(odd).unwrap();
+        assert!(odd.contains("\r\nx-odd!#$%&'*+.^_`|~: a\tb c\r\n"), "{odd}");
     }
 }

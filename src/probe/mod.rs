@@ -91,8 +91,9 @@ impl Borrow<ProbeKey> for ByKey {
     }
 }
 
-/// The adopted snapshot's plan, for `endpoint_states` and the next reload's plan.
-struct Leaves {
+/// The adopted snapshot's plan, health table and running probes, for `endpoint_states`
+/// and the next reload's plan.
+struct Adopted {
     plan: Plan,
     table: Arc<HealthTable>,
     /// The running probes; rebuilt only when probes start or stop.
@@ -110,7 +111,7 @@ pub struct Prober {
     epoch: tokio::time::Instant,
     /// Taken by `adopt`, `stats` and `wait`; never by queries or probe tasks.
     running: Mutex<HashMap<ProbeKey, Running>>,
-    leaves: ArcSwap<Leaves>,
+    adopted: ArcSwap<Adopted>,
 }
 
 impl Prober {
@@ -124,7 +125,7 @@ impl Prober {
             stats: Arc::new(Stats::default()),
             epoch: tokio::time::Instant::now(),
             running: Mutex::new(HashMap::new()),
-            leaves: ArcSwap::from_pointee(Leaves {
+            adopted: ArcSwap::from_pointee(Adopted {
                 plan: Plan::default(),
                 table: snap.health.clone(),
                 lives: Arc::default(),
@@ -152,7 +153,7 @@ impl Prober {
         // Planning under the lock keeps concurrent switches from planning against the
         // same previous plan.
         let mut running = self.lock();
-        let previous = self.leaves.load_full();
+        let previous = self.adopted.load_full();
         let plan = plan::plan(next, &previous.plan);
         for slot in plan.stopped() {
             next.health.set(slot, Status::Stopped);
@@ -164,7 +165,7 @@ impl Prober {
         } else {
             Arc::new(running.values().map(|r| ByKey(r.live.clone())).collect())
         };
-        self.leaves.store(Arc::new(Leaves { plan, table: next.health.clone(), lives }));
+        self.adopted.store(Arc::new(Adopted { plan, table: next.health.clone(), lives }));
         self.retire(previous);
         (kept, running.len() - kept, before - kept)
     }
@@ -201,7 +202,7 @@ impl Prober {
 
     /// Frees the replaced plan on a blocking thread: when much of the configuration
     /// changed, that is many small frees the reload need not wait for.
-    fn retire(&self, previous: Arc<Leaves>) {
+    fn retire(&self, previous: Arc<Adopted>) {
         drop(self.runtime.spawn_blocking(move || drop(previous)));
     }
 
@@ -232,18 +233,18 @@ impl Prober {
     /// Every leaf (non-nested) endpoint of the current configuration, in profile and
     /// endpoint order, with its status and probe history.
     pub fn endpoint_states(&self) -> Vec<EndpointState> {
-        let leaves = self.leaves.load();
-        let profiles = leaves.plan.profiles.iter();
-        let all = profiles.flat_map(|p| p.leaves.leaves.iter().map(move |l| (p, l)));
-        all.map(|(p, l)| leaves.state(p, l)).collect()
+        let adopted = self.adopted.load();
+        let profiles = adopted.plan.profiles.iter();
+        let all = profiles.flat_map(|p| (0..p.leaves.leaves.len()).map(move |i| (p, i)));
+        all.map(|(p, i)| adopted.state(p, i)).collect()
     }
 
     /// One leaf endpoint's state, by absolute profile name and endpoint name.
     pub fn endpoint_state(&self, profile: &str, endpoint: &str) -> Option<EndpointState> {
-        let leaves = self.leaves.load();
-        let p = &leaves.plan.profiles[*leaves.plan.index.get(profile)?];
-        let l = p.leaves.leaves.iter().find(|l| &*l.endpoint == endpoint)?;
-        Some(leaves.state(p, l))
+        let adopted = self.adopted.load();
+        let p = &adopted.plan.profiles[*adopted.plan.index.get(profile)?];
+        let i = p.leaves.leaves.iter().position(|l| &*l.endpoint == endpoint)?;
+        Some(adopted.state(p, i))
     }
 
     /// Check durations so far, one histogram per protocol.
@@ -267,8 +268,10 @@ impl Prober {
     }
 }
 
-impl Leaves {
-    fn state(&self, p: &Placed, leaf: &plan::Leaf) -> EndpointState {
+impl Adopted {
+    /// The state of `p`'s leaf at position `i`.
+    fn state(&self, p: &Placed, i: usize) -> EndpointState {
+        let leaf = &p.leaves.leaves[i];
         let live = p.probe(leaf).and_then(|k| self.lives.get(k)).map(|b| &b.0);
         let (status, last_probe, last_change, results) = match live {
             Some(live) => {
@@ -277,7 +280,7 @@ impl Leaves {
                     KINDS.iter().zip(v.counts).filter(|(_, n)| *n > 0).map(|(k, n)| (*k, n));
                 (v.status, v.last, v.change, results.collect())
             }
-            None => (self.table.status(p.slot(leaf)), None, None, Vec::new()),
+            None => (self.table.status(p.slot(i)), None, None, Vec::new()),
         };
         EndpointState {
             profile: p.leaves.name.to_string(),

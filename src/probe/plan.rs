@@ -50,14 +50,14 @@ pub struct User {
     pub slot: usize,
 }
 
-/// A leaf endpoint of a profile, with the probe its monitor asks for (if any).
+/// A leaf endpoint of a profile, with the probe its monitor asks for (if any). Its health
+/// slot is not kept: a profile's leaves have consecutive slots (`config::assign_slots`), so
+/// it is the profile's base plus the leaf's position, and a profile keeps its `Leaves` when
+/// profiles before it gain or lose endpoints.
 #[derive(Debug)]
 pub struct Leaf {
     pub endpoint: Arc<str>,
     pub target: ProbeTarget,
-    /// Health slot, relative to the profile's first leaf, so that a profile keeps its
-    /// `Leaves` when profiles before it gain or lose endpoints.
-    pub offset: usize,
     /// Set when the endpoint is monitored (enabled, not `always_serve`); it is probed only
     /// if the profile is enabled too, and shown `stopped` otherwise.
     pub probe: Option<ProbeKey>,
@@ -83,8 +83,9 @@ pub struct Placed {
 }
 
 impl Placed {
-    pub fn slot(&self, leaf: &Leaf) -> usize {
-        self.base.wrapping_add(leaf.offset)
+    /// The health slot of the leaf at position `i`.
+    pub fn slot(&self, i: usize) -> usize {
+        self.base.wrapping_add(i)
     }
 
     /// The probe deciding `leaf`'s status: none when its profile is disabled.
@@ -134,12 +135,12 @@ impl Plan {
         let mut out: HashMap<&ProbeKey, Vec<User>> = HashMap::new();
         for placed in self.profiles.iter().filter(|p| p.monitored && p.leaves.enabled) {
             let p = &placed.leaves;
-            for leaf in &p.leaves {
+            for (i, leaf) in p.leaves.iter().enumerate() {
                 let Some(key) = placed.probe(leaf) else { continue };
                 let user = User {
                     profile: p.name.clone(),
                     endpoint: leaf.endpoint.clone(),
-                    slot: placed.slot(leaf),
+                    slot: placed.slot(i),
                 };
                 out.entry(key).or_default().push(user);
             }
@@ -150,8 +151,10 @@ impl Plan {
     /// Slots of monitored endpoints in disabled profiles: never probed, shown `stopped`.
     pub fn stopped(&self) -> impl Iterator<Item = usize> + '_ {
         let disabled = self.profiles.iter().filter(|p| p.monitored && !p.leaves.enabled);
-        disabled
-            .flat_map(|p| p.leaves.leaves.iter().filter(|l| l.probe.is_some()).map(|l| p.slot(l)))
+        disabled.flat_map(|p| {
+            let leaves = p.leaves.leaves.iter().enumerate();
+            leaves.filter(|(_, l)| l.probe.is_some()).map(|(i, _)| p.slot(i))
+        })
     }
 }
 
@@ -180,18 +183,20 @@ fn monitor(ep: &Endpoint) -> Option<&Monitor> {
     ep.monitor.as_ref().filter(|_| ep.enabled && !ep.always_serve)
 }
 
-/// The base slot `p` puts `old` at, if `old` still describes `p` exactly.
+/// The base slot `p` puts `old` at, if `old` still describes `p` exactly. `old` was looked
+/// up by `p`'s name, so the name is not compared again.
 fn unchanged(old: &Leaves, p: &Profile) -> Option<usize> {
-    if old.enabled != p.enabled || *old.name != *p.name {
+    if old.enabled != p.enabled {
         return None;
     }
     let mut olds = old.leaves.iter();
     let mut base = None;
-    for ep in p.endpoints.iter().filter(|e| !matches!(e.target, Target::Nested(_))) {
+    let leaves = p.endpoints.iter().filter(|e| !matches!(e.target, Target::Nested(_)));
+    for (i, ep) in leaves.enumerate() {
         let l = olds.next()?;
-        let base = *base.get_or_insert(ep.health_slot.wrapping_sub(l.offset));
+        let base = *base.get_or_insert(ep.health_slot);
         let same = *l.endpoint == *ep.name
-            && base.wrapping_add(l.offset) == ep.health_slot
+            && base.wrapping_add(i) == ep.health_slot
             && same_target(&l.target, &ep.target)
             && l.probe.as_ref().map(|k| &k.monitor) == monitor(ep);
         if !same {
@@ -207,13 +212,9 @@ fn build(p: &Profile) -> Placed {
     for ep in &p.endpoints {
         let Some(target) = leaf_target(&ep.target) else { continue };
         let base = *base.get_or_insert(ep.health_slot);
+        debug_assert_eq!(ep.health_slot, base.wrapping_add(leaves.len()), "slots not consecutive");
         let probe = monitor(ep).map(|m| ProbeKey { target: target.clone(), monitor: m.clone() });
-        leaves.push(Leaf {
-            endpoint: Arc::from(ep.name.as_str()),
-            target,
-            offset: ep.health_slot.wrapping_sub(base),
-            probe,
-        });
+        leaves.push(Leaf { endpoint: Arc::from(ep.name.as_str()), target, probe });
     }
     let monitored = leaves.iter().any(|l| l.probe.is_some());
     let leaves = Leaves { name: Arc::from(p.name.as_str()), enabled: p.enabled, leaves };
@@ -281,9 +282,9 @@ mod tests {
     fn listed(plan: &Plan) -> Vec<(String, bool, usize)> {
         let mut out = Vec::new();
         for p in &plan.profiles {
-            for l in &p.leaves.leaves {
+            for (i, l) in p.leaves.leaves.iter().enumerate() {
                 let name = format!("{}/{}", p.leaves.name, l.endpoint);
-                out.push((name, p.probe(l).is_some(), p.slot(l)));
+                out.push((name, p.probe(l).is_some(), p.slot(i)));
             }
         }
         out

@@ -8,7 +8,6 @@
 use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio_rustls::TlsConnector;
@@ -28,11 +27,9 @@ impl Clients {
 }
 
 fn connector(tls_verify: bool) -> Result<TlsConnector, String> {
-    // An Err means a process-wide provider is installed already; that one is used.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let provider = CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    // Passed explicitly, not installed as the process default: setting up probes should not
+    // decide what other rustls users in the process get.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(rustls::ALL_VERSIONS)
         .map_err(|e| format!("cannot set up TLS: {e}"))?
@@ -101,5 +98,21 @@ impl ServerCertVerifier for AcceptAny {
             ED25519,
             ED448,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Probes bring their own provider, so building their clients must leave the process
+    /// default alone (nothing else in the library installs one).
+    #[test]
+    fn building_the_clients_installs_no_process_default() {
+        let clients = Clients::default();
+        assert!(clients.get(false).is_ok());
+        // May fail where the system has no roots; either way it must not install a default.
+        let _ = clients.get(true);
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
     }
 }
