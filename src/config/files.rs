@@ -50,7 +50,7 @@ pub fn read_dir(
     let mut seen = Vec::new();
     for (path, read) in files.iter().zip(read_parallel(&files, reuse)) {
         errors.extend(read.errors);
-        if let Some((len, hash, pieces)) = read.identity {
+        if let Some(Identity { len, hash, pieces }) = read.identity {
             let ids = out.len()..out.len() + read.docs.len();
             seen.push(ProfileFile { path: path.clone(), len, hash, ids, pieces });
         }
@@ -59,13 +59,20 @@ pub fn read_dir(
     (out, seen)
 }
 
-/// What reading one file gave: its documents, its errors, and its length, content hash
-/// and pieces when it could be read.
+/// What reading one file gave: its documents, its errors, and its identity when it could
+/// be read.
 #[derive(Default)]
 struct FileRead {
     docs: Vec<Source>,
     errors: Vec<ConfigError>,
-    identity: Option<(usize, u64, Arc<[Piece]>)>,
+    identity: Option<Identity>,
+}
+
+/// What the next reload compares a file with: its length, content hash and pieces.
+struct Identity {
+    len: usize,
+    hash: u64,
+    pieces: Arc<[Piece]>,
 }
 
 /// Reads (and parses, unless taken over) every file, spread over the cores: YAML parsing
@@ -93,8 +100,7 @@ fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> 
     parts.into_iter().map(|(_, read)| read).collect()
 }
 
-/// Every profile of one file: all taken over when the running snapshot read the same
-/// bytes, otherwise piece by piece.
+/// Every profile of one file (see `read_text`).
 fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
     let mut read = FileRead::default();
     let text = match std::fs::read_to_string(path) {
@@ -117,27 +123,37 @@ fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
             message: "the file is empty; delete it to remove its profiles".into(),
         });
     }
-    let hash = reuse::content_hash(&text);
     let file: Arc<Path> = Arc::from(path);
-    let prev = reuse.and_then(|r| r.file(path));
+    let identity = read_text(&file, &text, reuse.and_then(|r| r.file(path)), &mut read);
+    read.identity = Some(identity);
+    read
+}
+
+/// The profiles of a file's text: all taken over from `prev` (what the running snapshot
+/// read from the same path) when the bytes are the same, else piece by piece.
+fn read_text(
+    file: &Arc<Path>,
+    text: &str,
+    prev: Option<&ProfileFile>,
+    read: &mut FileRead,
+) -> Identity {
+    let hash = reuse::content_hash(text);
     if let Some(p) = prev.filter(|p| p.len == text.len() && p.hash == hash) {
-        read.docs = p.ids.clone().map(|old| reused(&file, old)).collect();
-        read.identity = Some((text.len(), hash, p.pieces.clone()));
-        return read;
+        read.docs = p.ids.clone().map(|old| reused(file, old)).collect();
+        return Identity { len: text.len(), hash, pieces: p.pieces.clone() };
     }
     let mut previous = prev.map(ProfileFile::pieces_by_content).unwrap_or_default();
     let mut pieces = Vec::new();
-    for (piece, line) in split(&text) {
+    for (piece, line) in split(text) {
         let (len, hash) = (piece.len(), reuse::content_hash(piece));
         let before = read.docs.len();
         match previous.remove(&(len, hash)) {
-            Some(ids) => read.docs.extend(ids.map(|old| reused(&file, old))),
-            None => parse_piece(&file, piece, line, &mut read),
+            Some(ids) => read.docs.extend(ids.map(|old| reused(file, old))),
+            None => parse_piece(file, piece, line, read),
         }
         pieces.push(Piece { len, hash, profiles: read.docs.len() - before });
     }
-    read.identity = Some((text.len(), hash, pieces.into()));
-    read
+    Identity { len: text.len(), hash, pieces: pieces.into() }
 }
 
 fn reused(file: &Arc<Path>, old: usize) -> Source {
