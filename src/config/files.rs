@@ -14,10 +14,18 @@ use super::reuse::{self, Piece, ProfileFile, Reuse};
 /// One profile document and the file it came from.
 pub struct Source {
     pub file: Arc<Path>,
+    pub doc: Doc,
+}
+
+impl Source {
     /// Where errors about the profile as a whole point (its `name:`). Taken-over profiles
     /// have no position, but a load that reports errors never keeps them (see `reuse`).
-    pub name_pos: Pos,
-    pub doc: Doc,
+    pub fn name_pos(&self) -> Pos {
+        match &self.doc {
+            Doc::Raw(raw) => Pos::of(&raw.name),
+            Doc::Reused(_) => Pos::default(),
+        }
+    }
 }
 
 /// A document parsed now, or one taken over unchanged from the running snapshot.
@@ -157,7 +165,7 @@ fn read_text(
 }
 
 fn reused(file: &Arc<Path>, old: usize) -> Source {
-    Source { file: file.clone(), name_pos: Pos::default(), doc: Doc::Reused(old) }
+    Source { file: file.clone(), doc: Doc::Reused(old) }
 }
 
 /// Splits a file's text before every line that starts a document (`---` followed by a
@@ -194,11 +202,7 @@ fn starts_document(line: &str) -> bool {
 /// that a type error in one document still lets the others load and report their own
 /// errors (the streaming reader copies its buffer per document, too slow to be the rule).
 fn parse_piece(file: &Arc<Path>, piece: &str, line: u32, read: &mut FileRead) {
-    let source = |raw: RawProfile| Source {
-        file: file.clone(),
-        name_pos: Pos::of(&raw.name),
-        doc: Doc::Raw(Box::new(raw)),
-    };
+    let source = |raw: RawProfile| Source { file: file.clone(), doc: Doc::Raw(Box::new(raw)) };
     with_line_base(line, || {
         if let Ok(docs) = serde_saphyr::from_multiple::<RawProfile>(piece) {
             read.docs.extend(docs.into_iter().map(source));
@@ -275,7 +279,7 @@ mod tests {
             .collect();
         let want: Vec<String> = whole.iter().map(|raw| format!("{raw:?}")).collect();
         assert_eq!(parsed, want);
-        assert_eq!(read.docs[3].name_pos, Pos { line: 21, col: 7 });
+        assert_eq!(read.docs[3].name_pos(), Pos { line: 21, col: 7 });
     }
 
     #[test]

@@ -194,7 +194,7 @@ fn attach_profiles(
             let src = &sources[origin_doc[id]];
             errors.push(ConfigError {
                 file: src.file.to_path_buf(),
-                pos: src.name_pos,
+                pos: src.name_pos(),
                 message: format!(
                     "{} has static records in the zone; a name is either a profile or records",
                     p.name

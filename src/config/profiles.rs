@@ -191,7 +191,7 @@ fn name_all(
             continue;
         };
         if ids.contains_key(&n.wire) {
-            sink.at(src.name_pos, format!("two profiles are named {}", n.wire));
+            sink.at(src.name_pos(), format!("two profiles are named {}", n.wire));
             rejected.push(i);
             continue;
         }
@@ -464,7 +464,7 @@ fn check_nesting(
             let chain: Vec<&str> = cycle.iter().map(|&i| profiles[i].name.as_str()).collect();
             errors.push(ConfigError {
                 file: src.file.to_path_buf(),
-                pos: src.name_pos,
+                pos: src.name_pos(),
                 message: format!("nesting cycle: {}", chain.join(" -> ")),
             });
             return;
@@ -475,7 +475,7 @@ fn check_nesting(
             let src = &sources[named[id].0];
             errors.push(ConfigError {
                 file: src.file.to_path_buf(),
-                pos: src.name_pos,
+                pos: src.name_pos(),
                 message: format!(
                     "nesting deeper than {MAX_NESTING} levels below {}",
                     profiles[id].name

@@ -4,7 +4,7 @@
 
 use crate::geo::{ByRegion, Classes};
 use crate::health::{HealthView, Status};
-use crate::model::{Compiled, Profile};
+use crate::model::{Compiled, Endpoint, Profile, Want};
 
 use super::status::endpoint_status;
 use super::{Ctx, Pick, Query};
@@ -30,7 +30,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
         let status = endpoint_status(ctx, ep);
         let code = ctx.world.regions.code(id);
         ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
-        if status == Status::Stopped || !ep.can_answer(q.want, ctx.profiles) {
+        if nodata(ctx, ep, status, q.want) {
             return Pick::NoData(scope);
         }
         if fallback_on_degraded && !status.is_serving() {
@@ -68,10 +68,21 @@ fn compiled_pick<'a, H: HealthView + ?Sized>(
         let code = id.map_or("?", |id| ctx.world.regions.code(id));
         format!("{code} matches endpoint {} ({status})", ep.name)
     });
-    if status == Status::Stopped || !ep.can_answer(q.want, ctx.profiles) {
+    if nodata(ctx, ep, status, q.want) {
         return Pick::NoData(scope);
     }
     Pick::One(i, scope)
+}
+
+/// A matched endpoint that is stopped, or cannot answer the query's type, answers NODATA:
+/// a less specific region does not answer in its place.
+fn nodata<H: HealthView + ?Sized>(
+    ctx: Ctx<'_, H>,
+    ep: &Endpoint,
+    status: Status,
+    want: Want,
+) -> bool {
+    status == Status::Stopped || !ep.can_answer(want, ctx.profiles)
 }
 
 pub fn describe_location(l: &crate::location::Located) -> String {
