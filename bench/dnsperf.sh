@@ -39,8 +39,11 @@
 #                         [-T THREADS] [-q OUTSTANDING] [-Q QPS] [--profiles N]
 #                         [--latency-share PCT]
 #                         [--steerdns-port P] [--gdnsd-port P] [--knot-port P]
+#                         [--udp-threads N]
 #                         [--src DIR] [--no-build] [--keep]
 # Default: -W mixed -r 3 -l 10 -w 2 -c 8 -T 1 -q 100 --profiles 100000 --latency-share 50.
+# --udp-threads N sets steerdns' listen.udp_threads and gdnsd's udp_threads to N (default:
+# one per core for steerdns, gdnsd's default 2; both 2 on the 2-core benchmark machine).
 # -Q QPS offers a fixed rate (dnsperf -Q) in every run but the latency workload's own: at the
 # same offered load, CPU per query compares servers of different speed in the same regime
 # (unlimited runs let each server settle in its own batching pattern; see RESULTS.md).
@@ -62,6 +65,7 @@ OUTSTANDING=100   # dnsperf -q (its default)
 RATE=             # dnsperf -Q for every run (empty: no limit); `latency` sets its own
 SCALE_N=100000    # profiles of the scale workload
 LAT_SHARE=50      # latency workload: offered rate, % of the lower maximum qps
+UDP_THREADS=      # --udp-threads: UDP threads per address for steerdns and gdnsd
 SD_PORT=5400
 GD_PORT=5401
 KN_PORT=5402
@@ -85,6 +89,7 @@ while [[ $# -gt 0 ]]; do
     --steerdns-port) SD_PORT=$2; shift 2 ;;
     --gdnsd-port) GD_PORT=$2; shift 2 ;;
     --knot-port) KN_PORT=$2; shift 2 ;;
+    --udp-threads) UDP_THREADS=$2; shift 2 ;;
     --src) SRC=$(cd "$2" && pwd); shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --keep) KEEP=1; shift ;;
@@ -130,6 +135,7 @@ echo "   $(gdnsd -h 2>&1 | grep -m1 'gdnsd version'); dnsperf $(dnsperf -h 2>&1 
 if [[ $HAVE_KNOT == 1 ]]; then echo "   $(knotd --version)"; else echo "   knotd not installed: no Knot rows"; fi
 echo "   kernel $(uname -r); $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "   workloads: $WORKLOADS"
+echo "   UDP threads per address: ${UDP_THREADS:-steerdns one per core, gdnsd 2}"
 
 # ---------------------------------------------------------------------------------------
 # 2. Server instances. Each has a kind (steerdns, gdnsd, knot), a port, a config, a log and,
@@ -253,6 +259,7 @@ steerdns_config() {  # steerdns_config DIR PORT GEO_DB [extra top-level YAML]
   {
     echo "listen:"
     echo "  dns: [\"127.0.0.1:$2\"]"
+    if [[ -n $UDP_THREADS ]]; then echo "  udp_threads: $UDP_THREADS"; fi
     echo "zones:"
     echo "  - origin: bench.test."
     echo "    ns: [ns1.bench.test.]"
@@ -302,7 +309,7 @@ done
 
 # gdnsd 3.x: `config` + `zones/<origin>`. run_dir/state_dir point into the temp dir so no
 # root-owned /run/gdnsd or /var/lib/gdnsd is needed. udp_threads is gdnsd's default (2),
-# matching steerdns (one UDP socket+thread per core, here 2); TCP listens on the same address.
+# matching steerdns (one UDP socket+thread per core, here 2; --udp-threads sets both); TCP listens on the same address.
 #   weighted (multi=false): one address, odds 3:2:1        == steerdns weighted
 #   metafo: first datacenter whose address is up           == steerdns priority
 #   multifo: every up address (gdnsd rotates the RRset)    == steerdns multivalue, max_return 3
@@ -314,7 +321,7 @@ gdnsd_config() {  # gdnsd_config DIR PORT GEO_DB
   cat >"$1/config" <<EOF
 options => {
   listen => [ 127.0.0.1:$2 ]
-  udp_threads => 2
+  udp_threads => ${UDP_THREADS:-2}
   run_dir => "$1/run"
   state_dir => "$1/state"
 }

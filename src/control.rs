@@ -138,6 +138,9 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     if running.admin != configured.admin {
         keys.push("listen.admin");
     }
+    if running.udp_threads != configured.udp_threads {
+        keys.push("listen.udp_threads");
+    }
     keys
 }
 
@@ -145,7 +148,7 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
 /// configuration asks for others.
 fn warn_listen_changes(running: &Listen, next: &Listen) {
     for key in restart_keys(running, next) {
-        tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, "{key} changed: restart steerdns to apply it (the running listeners stay)");
+        tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, running_udp_threads = ?running.udp_threads, configured_udp_threads = ?next.udp_threads, "{key} changed: restart steerdns to apply it (the running listeners stay)");
     }
 }
 

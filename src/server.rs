@@ -77,7 +77,7 @@ impl Server {
     async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
         let mut skipped = None;
         for &addr in &listen.dns {
-            match self.listen(addr) {
+            match self.listen(addr, listen.udp_threads) {
                 // A host without that address (e.g. no IPv6 loopback in a container) should
                 // not stop the other listeners; any other failure (port in use, permission)
                 // is fatal.
@@ -101,10 +101,12 @@ impl Server {
         Ok(())
     }
 
-    /// Binds TCP first (to learn the port when 0 was asked), then UDP on the same port.
-    fn listen(&mut self, addr: SocketAddr) -> Result<(), ServerError> {
+    /// Binds TCP first (to learn the port when 0 was asked), then UDP on the same port:
+    /// `udp_threads` sockets, one per core by default.
+    fn listen(&mut self, addr: SocketAddr, udp_threads: Option<usize>) -> Result<(), ServerError> {
         let bind_err = |addr, source| ServerError::Bind { addr, source };
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let cores = || std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = udp_threads.unwrap_or_else(cores);
         let mut attempt = 0;
         let (tcp, udp) = loop {
             let tcp = tcp::bind(addr).map_err(|e| bind_err(addr, e))?;

@@ -23,6 +23,8 @@ pub struct Listen {
     pub admin: Option<SocketAddr>,
     /// Bearer token the admin API requires (from `admin.token_file`), if any.
     pub admin_token: Option<String>,
+    /// UDP sockets (and threads) per `dns` address; `None`: one per core.
+    pub udp_threads: Option<usize>,
 }
 
 #[derive(Debug)]

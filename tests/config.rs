@@ -357,50 +357,43 @@ fn errors_after_a_takeover_are_those_of_a_fresh_load() {
     assert!(errors.iter().any(|e| e.starts_with("a.yaml:1:7: relative name")), "{errors:#?}");
 }
 
+/// File `f` of a large configuration: profiles p{1000f}..p{1000f+999}. Chains of nested
+/// profiles (p4 -> p3 -> .. -> p0, p14 -> .. -> p5, ...) cross the builders' chunk and the
+/// file boundaries; p(10k+4) is nested by nothing (p(10k+5) is a leaf).
+fn large_file(f: usize) -> String {
+    (f * 1000..(f + 1) * 1000)
+        .map(|i| match i {
+            _ if i % 10 == 5 || i == 0 => LEAF.replace("leaf", &format!("p{i}")),
+            _ => format!(
+                "name: p{i}\nrouting: priority\nendpoints:\n  - {{ name: n, profile: p{} }}\n  - {{ name: b, target: 192.0.2.9 }}\n",
+                i - 1
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Three files of 1000 profiles each, loaded.
+fn large_configuration(dir: &Path) -> (std::path::PathBuf, steerdns::snapshot::Snapshot) {
+    let files: Vec<(String, String)> =
+        (0..3).map(|f| (format!("{f}.yaml"), large_file(f))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let path = setup(dir, SERVER, &refs);
+    let first = config::load(&path, None).unwrap();
+    (path, first)
+}
+
 #[test]
 fn a_large_configuration_loads_and_reloads_identically() {
-    // Enough profiles for several builder threads; chains of nested profiles (p4 -> p3 ->
-    // .. -> p0, p14 -> .. -> p5, ...) cross the chunk and file boundaries.
-    let file = |f: usize| -> String {
-        (f * 1000..(f + 1) * 1000)
-            .map(|i| match i {
-                _ if i % 10 == 5 || i == 0 => LEAF.replace("leaf", &format!("p{i}")),
-                _ => format!(
-                    "name: p{i}\nrouting: priority\nendpoints:\n  - {{ name: n, profile: p{} }}\n  - {{ name: b, target: 192.0.2.9 }}\n",
-                    i - 1
-                ),
-            })
-            .collect::<Vec<_>>()
-            .join("---\n")
-    };
+    // Enough profiles for several builder threads.
+    let file = large_file;
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<(String, String)> = (0..3).map(|f| (format!("{f}.yaml"), file(f))).collect();
-    let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
-    let path = setup(dir.path(), SERVER, &refs);
-    let first = config::load(&path, None).unwrap();
+    let (path, first) = large_configuration(dir.path());
     assert_eq!(first.profiles.len(), 3000);
     let texts = profiles_text(&first);
     assert!(texts[1504].contains("n->p1503."), "{}", texts[1504]);
     let again = config::load(&path, Some(&first)).unwrap();
     assert_eq!(profiles_text(&again), texts);
-    // Edits inside a file: a document changed, one removed, one added before the rest;
-    // the file's other documents are taken over (ids moved) and equal a fresh load.
-    let docs: Vec<String> = file(1).split("---\n").map(str::to_string).collect();
-    let mut edited = vec![LEAF.replace("leaf", "new")];
-    for (k, d) in docs.into_iter().enumerate() {
-        match k {
-            500 => edited.push(d.replace("192.0.2.9", "192.0.2.77")),
-            604 => {} // p1604: p1605 is a leaf, so nothing nests p1604
-            _ => edited.push(d),
-        }
-    }
-    std::fs::write(dir.path().join("profiles/1.yaml"), edited.join("---\n")).unwrap();
-    let edited = config::load(&path, Some(&again)).unwrap();
-    let fresh = config::load(&path, None).unwrap();
-    assert_eq!(profiles_text(&edited), profiles_text(&fresh));
-    assert!(profiles_text(&fresh).iter().any(|t| t.contains("192.0.2.77")));
-    assert_eq!(fresh.profiles.len(), 3000);
-    std::fs::write(dir.path().join("profiles/1.yaml"), file(1)).unwrap();
     // Errors early and late keep their order; a reload finds the same ones.
     let bad = file(2).replace("profile: p2500 ", "profile: nowhere ");
     std::fs::write(dir.path().join("profiles/2.yaml"), bad).unwrap();
@@ -414,4 +407,46 @@ fn a_large_configuration_loads_and_reloads_identically() {
     assert_eq!(fresh.len(), 2, "{fresh:#?}");
     assert!(fresh[0].starts_with("0.yaml:4:24: target \"x192.0.2.1\""), "{fresh:#?}");
     assert!(fresh[1].contains("nested profile nowhere."), "{fresh:#?}");
+}
+
+#[test]
+fn edits_inside_a_file_reload_like_a_fresh_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first) = large_configuration(dir.path());
+    // A document changed, one removed, one added before the rest: the file's other
+    // documents are taken over (their ids moved) and the result equals a fresh load.
+    let docs: Vec<String> = large_file(1).split("---\n").map(str::to_string).collect();
+    let mut edited = vec![LEAF.replace("leaf", "new")];
+    for (k, d) in docs.into_iter().enumerate() {
+        match k {
+            500 => edited.push(d.replace("192.0.2.9", "192.0.2.77")),
+            604 => {} // p1604: nothing nests it
+            _ => edited.push(d),
+        }
+    }
+    std::fs::write(dir.path().join("profiles/1.yaml"), edited.join("---\n")).unwrap();
+    let reloaded = config::load(&path, Some(&first)).unwrap();
+    let fresh = config::load(&path, None).unwrap();
+    assert_eq!(profiles_text(&reloaded), profiles_text(&fresh));
+    assert!(profiles_text(&fresh).iter().any(|t| t.contains("192.0.2.77")));
+    assert_eq!(fresh.profiles.len(), 3000);
+}
+
+#[test]
+fn an_error_in_an_unchanged_document_names_its_line_after_lines_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first) = large_configuration(dir.path());
+    // Ten lines more at the top of 1.yaml, and p1505 (a leaf nested by p1506) renamed: the
+    // unchanged document of p1506 now names a missing child, 10 lines further down.
+    let line_of =
+        |text: &str, needle: &str| text[..text.find(needle).unwrap()].matches('\n').count() + 1;
+    let before = large_file(1);
+    let at = line_of(&before, "profile: p1505 ");
+    let edited = format!("{}---\n", "# comment\n".repeat(9))
+        + &before.replace("name: p1505\n", "name: p1505x\n");
+    std::fs::write(dir.path().join("profiles/1.yaml"), &edited).unwrap();
+    let reloaded = rejected(&path, Some(&first));
+    assert_eq!(reloaded, rejected(&path, None));
+    let want = format!("1.yaml:{}:25: nested profile p1505.", at + 10);
+    assert!(reloaded.iter().any(|e| e.starts_with(&want)), "{want} in {reloaded:#?}");
 }

@@ -1,16 +1,22 @@
 //! Listener addresses: IPv4 and IPv6 listeners serve, an address this host does not have is
-//! skipped with a warning when another listener is up, and is an error when it is the only one.
+//! skipped with a warning when another listener is up, and is an error when it is the only one;
+//! `listen.udp_threads` sets the UDP sockets (and threads) per address.
 
 use std::path::Path;
 
 use steerdns::server::{Server, ServerError};
 
 fn config(dir: &Path, listen: &str) -> std::path::PathBuf {
+    config_with(dir, listen, "")
+}
+
+/// `more` is further `listen:` keys, each line indented by two spaces.
+fn config_with(dir: &Path, listen: &str, more: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(dir.join("profiles")).unwrap();
     std::fs::write(
         dir.join("steerdns.yaml"),
         format!(
-            "listen:\n  dns: [{listen}]\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: {{ rname: h.example.test. }}\n"
+            "listen:\n  dns: [{listen}]\n{more}zones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n    soa: {{ rname: h.example.test. }}\n"
         ),
     )
     .unwrap();
@@ -50,4 +56,34 @@ async fn ipv4_and_ipv6_listeners_and_unavailable_addresses() {
             panic!("a server with no usable listener must not start");
         }
     }
+}
+
+/// Names of this process's threads (Linux: /proc/self/task/*/comm).
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_threads_sets_the_sockets_and_threads_per_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with(dir.path(), "\"127.0.0.1:0\"", "  udp_threads: 3\n");
+    let server = Server::start(&path).await.unwrap();
+    let port = server.dns_addrs()[0].port();
+    let prefix = format!("udp-{port}-");
+    let mut ours: Vec<String> =
+        thread_names().into_iter().filter(|n| n.starts_with(&prefix)).collect();
+    ours.sort();
+    assert_eq!(ours, ["0", "1", "2"].map(|i| format!("{prefix}{i}")));
+    server.shutdown().await;
+
+    let zero = config_with(dir.path(), "\"127.0.0.1:0\"", "  udp_threads: 0\n");
+    let errors = steerdns::config::load(&zero, None).unwrap_err().to_string();
+    assert!(
+        errors.contains("steerdns.yaml:3:16: listen.udp_threads must be between 1 and 1024, got 0"),
+        "{errors}"
+    );
 }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::error::{ConfigError, Pos, from_yaml};
+use super::error::{self, ConfigError, Pos, from_yaml};
 use super::raw::{RawProfile, with_line_base};
 use super::reuse::{self, Piece, ProfileFile, Reuse};
 
@@ -111,14 +111,10 @@ fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> 
 /// Every profile of one file (see `read_text`).
 fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
     let mut read = FileRead::default();
-    let text = match std::fs::read_to_string(path) {
+    let text = match error::read_file(path) {
         Ok(t) => t,
         Err(e) => {
-            read.errors.push(ConfigError {
-                file: path.to_path_buf(),
-                pos: Pos::default(),
-                message: format!("cannot read: {e}"),
-            });
+            read.errors.extend(e.0);
             return read;
         }
     };
@@ -169,16 +165,19 @@ fn reused(file: &Arc<Path>, old: usize) -> Source {
 }
 
 /// Splits a file's text before every line that starts a document (`---` followed by a
-/// blank or the line's end). YAML reserves such a line at column 0 for that marker, even
-/// inside block and quoted scalars, so each piece holds whole documents and parses to
-/// exactly what the whole file would. A file with a directive line (`%YAML`, `%TAG`)
-/// stays one piece: the directive belongs to the document after it. Each piece comes
-/// with the number of lines before it.
+/// blank or the line's end). YAML reserves such a line at column 0 for that marker: it
+/// ends any block or plain scalar, and inside a quoted scalar or a flow collection it is an
+/// error either way, so the pieces of a valid file parse to exactly its documents. Each
+/// piece comes with the number of lines before it. A file stays one piece when it has a
+/// directive line (`%YAML`, `%TAG`: it belongs to the document after it), or a carriage
+/// return that does not end a line (the parser counts it as a line break; `lines` here
+/// would not).
 fn split(text: &str) -> Vec<(&str, u32)> {
     let mut pieces = Vec::new();
     let (mut start, mut start_line, mut at, mut line) = (0, 0, 0, 0);
     for l in text.split_inclusive('\n') {
-        if l.starts_with('%') {
+        let body = l.strip_suffix('\n').map_or(l, |b| b.strip_suffix('\r').unwrap_or(b));
+        if l.trim_start_matches('\u{FEFF}').starts_with('%') || body.contains('\r') {
             return vec![(text, 0)];
         }
         if at > start && starts_document(l) {
@@ -246,6 +245,10 @@ mod tests {
             ("a: 1\n----\n  ---\nb: '---'\n", &[("a: 1\n----\n  ---\nb: '---'\n", 0)]),
             // A directive belongs to the document after it: the file stays whole.
             ("a: 1\n...\n%YAML 1.2\n---\nb: 2\n", &[("a: 1\n...\n%YAML 1.2\n---\nb: 2\n", 0)]),
+            ("\u{FEFF}%YAML 1.2\n---\nb: 2\n", &[("\u{FEFF}%YAML 1.2\n---\nb: 2\n", 0)]),
+            // CRLF line ends split; a lone CR (a line break to the parser) keeps it whole.
+            ("a: 1\r\n---\r\nb: 2\r\n", &[("a: 1\r\n", 0), ("---\r\nb: 2\r\n", 1)]),
+            ("a: 1\rc: 3\n---\nb: 2\n", &[("a: 1\rc: 3\n---\nb: 2\n", 0)]),
             ("", &[("", 0)]),
         ];
         for (text, want) in cases {

@@ -3,7 +3,8 @@
 //! Parse, then validate: YAML goes into `raw` structs that reject unknown keys; the
 //! builders here give it meaning and collect every error with its FILE:LINE:COL. A load
 //! either yields a complete snapshot or the full list of errors, never half of each. A
-//! reload takes over the profiles of unchanged files from the running snapshot (`reuse`).
+//! reload takes over the profiles of unchanged documents from the running snapshot
+//! (`files`, `reuse`).
 
 mod check;
 pub mod error;
@@ -40,7 +41,7 @@ use crate::zone::{Zone, next_serial};
 
 /// Loads and validates the configuration at `path`. `previous` (the snapshot being
 /// replaced, if any) keeps zone serials growing only when content changed, and lends the
-/// profiles of files that did not change (see `reuse`).
+/// profiles of documents that did not change (see `reuse`).
 pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigErrors> {
     match load_with(path, previous, true) {
         // Taken-over profiles have no positions: find the errors again from the files.
@@ -149,8 +150,16 @@ fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
             Err(_) => sink.on(a, format!("admin address {:?} must be IP:PORT", a.value)),
         }
     }
+    out.udp_threads = l
+        .udp_threads
+        .as_ref()
+        .and_then(|n| check::int_in(sink, n, 1, MAX_UDP_THREADS, "listen.udp_threads"));
     out
 }
+
+/// More UDP threads than this only adds wakeups: the kernel spreads clients over the
+/// sockets, and each thread needs a core to be worth having.
+const MAX_UDP_THREADS: i64 = 1024;
 
 /// The admin token, read from `admin.token_file` (surrounding whitespace ignored).
 fn admin_token(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<String> {

@@ -36,6 +36,7 @@ pub struct RawListen {
     #[serde(default)]
     pub dns: Vec<S<String>>,
     pub admin: Option<S<String>>,
+    pub udp_threads: Option<S<Int>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -305,12 +306,18 @@ thread_local! {
     static LINE_BASE: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Runs a parse whose positions are `lines_before` lines further down the file.
+/// Runs a parse whose positions are `lines_before` lines further down the file. The outer
+/// base comes back even if the parse panics (a caller catching that on the same thread
+/// would otherwise shift every later position).
 pub fn with_line_base<R>(lines_before: u32, parse: impl FnOnce() -> R) -> R {
-    let outer = LINE_BASE.replace(lines_before);
-    let out = parse();
-    LINE_BASE.set(outer);
-    out
+    struct Restore(u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LINE_BASE.set(self.0);
+        }
+    }
+    let _restore = Restore(LINE_BASE.replace(lines_before));
+    parse()
 }
 
 /// Reads line and column of a location and stops there (the span is not needed).

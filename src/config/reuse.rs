@@ -1,9 +1,10 @@
-//! Reloads take over the profiles of files, and of pieces of files, that did not change. A
-//! profile document with the bytes the running snapshot was built from, read in the same context (zone origins,
-//! latency-table regions, topology zones, region hierarchy), validates to the same
-//! profiles; so they are cloned from the running snapshot instead of being parsed again,
-//! which is most of a reload's cost. Only nested children are renumbered, by name, since
-//! other files may have moved them.
+//! Reloads take over the profiles of files, and of pieces of files, that did not change.
+//! A profile document with the bytes the running snapshot was built from, read in the
+//! same context (zone origins, latency-table regions, topology zones, region hierarchy),
+//! validates to the same profiles; so they are cloned from the running snapshot instead of
+//! being parsed again, which is most of a reload's cost. Only nested children are
+//! renumbered, by name, since other files or other documents of the same file may have
+//! moved them.
 //!
 //! Taken-over profiles carry no source positions. A load that took any over and then found
 //! an error is redone from the files alone, so its errors are exactly a fresh load's.
@@ -42,7 +43,9 @@ pub struct Piece {
 }
 
 impl ProfileFile {
-    /// The ids each piece produced, by the piece's length and content hash.
+    /// The ids each piece produced, by the piece's length and content hash. Two pieces with
+    /// the same bytes cannot both have produced profiles (their names would clash, and the
+    /// snapshot would not exist), so a key standing for two pieces has no ids to lose.
     pub fn pieces_by_content(&self) -> HashMap<(usize, u64), Range<usize>> {
         let mut next = self.ids.start;
         let mut by_content = HashMap::with_capacity(self.pieces.len());

@@ -106,7 +106,8 @@ mod tests {
     use super::*;
 
     /// Probes bring their own provider, so building their clients must leave the process
-    /// default alone (nothing else in the library installs one).
+    /// default alone. The check reads process-wide state: no other unit test of the library
+    /// may install a default provider (tests/probe.rs does, in its own binary).
     #[test]
     fn building_the_clients_installs_no_process_default() {
         let clients = Clients::default();
