@@ -6,7 +6,7 @@
 //! sends the replies in one system call. A short receive timeout lets it notice shutdown.
 
 use std::io;
-use std::mem::{MaybeUninit, size_of, zeroed};
+use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
                 respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out)
             {
                 tally.add(&snap.counters, &outcome);
-                worker.dest[replies] = src;
+                worker.reply_to[replies] = i;
                 replies += 1;
             }
         }
@@ -98,43 +98,64 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
 struct Worker {
     rx: Vec<Box<[u8; MAX_QUERY]>>,
     lens: [usize; BATCH],
-    addrs: [libc::sockaddr_storage; BATCH],
     tx: Vec<Vec<u8>>,
-    dest: [SocketAddr; BATCH],
+    /// For each reply, the datagram it answers: the reply goes to that one's source,
+    /// whose address is sent back as the kernel gave it.
+    reply_to: [usize; BATCH],
+    headers: Box<Headers>,
+}
+
+/// The `recvmmsg`/`sendmmsg` headers, set up once: a batch only resets the address
+/// lengths the kernel overwrote, where building them for every call was a 2 KiB memset
+/// and an address conversion per reply. Boxed, because the headers point into it.
+struct Headers {
+    addrs: [libc::sockaddr_storage; BATCH],
+    rx_iov: [libc::iovec; BATCH],
+    rx: [libc::mmsghdr; BATCH],
+    tx_iov: [libc::iovec; BATCH],
+    tx: [libc::mmsghdr; BATCH],
 }
 
 impl Worker {
     fn new() -> Worker {
+        let mut rx: Vec<Box<[u8; MAX_QUERY]>> =
+            (0..BATCH).map(|_| Box::new([0u8; MAX_QUERY])).collect();
+        // SAFETY: all five arrays are plain old data; all-zero is a valid value of each.
+        let mut headers: Box<Headers> = Box::new(unsafe { zeroed() });
+        let h = &raw mut *headers;
+        for (i, buf) in rx.iter_mut().enumerate() {
+            // SAFETY: `h` points at the boxed headers, which never move; each pointer
+            // stored here targets the same box or a boxed receive buffer.
+            unsafe {
+                (*h).rx_iov[i] =
+                    libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: MAX_QUERY };
+                (*h).rx[i].msg_hdr.msg_iov = &raw mut (*h).rx_iov[i];
+                (*h).rx[i].msg_hdr.msg_iovlen = 1;
+                (*h).rx[i].msg_hdr.msg_name = (&raw mut (*h).addrs[i]).cast();
+                (*h).tx[i].msg_hdr.msg_iov = &raw mut (*h).tx_iov[i];
+                (*h).tx[i].msg_hdr.msg_iovlen = 1;
+            }
+        }
         Worker {
-            rx: (0..BATCH).map(|_| Box::new([0u8; MAX_QUERY])).collect(),
+            rx,
             lens: [0; BATCH],
-            // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-            addrs: unsafe { zeroed() },
             tx: (0..BATCH).map(|_| Vec::with_capacity(1500)).collect(),
-            dest: [SocketAddr::from(([0, 0, 0, 0], 0)); BATCH],
+            reply_to: [0; BATCH],
+            headers,
         }
     }
 
     /// Waits for at least one datagram, then takes whatever else is queued (up to BATCH).
     fn receive(&mut self, sock: &UdpSocket) -> io::Result<usize> {
-        let mut iov: [MaybeUninit<libc::iovec>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
-        // SAFETY: mmsghdr is plain old data; every field we rely on is set below.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-        for i in 0..BATCH {
-            iov[i].write(libc::iovec {
-                iov_base: self.rx[i].as_mut_ptr().cast(),
-                iov_len: MAX_QUERY,
-            });
-            msgs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
-            msgs[i].msg_hdr.msg_iovlen = 1;
-            msgs[i].msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
-            msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let h = &mut *self.headers;
+        for m in &mut h.rx {
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         }
-        // SAFETY: msgs points at BATCH valid headers whose buffers outlive the call.
+        // SAFETY: the headers point at BATCH live buffers and addresses (see `new`).
         let n = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
+                h.rx.as_mut_ptr(),
                 BATCH as u32,
                 libc::MSG_WAITFORONE,
                 std::ptr::null_mut(),
@@ -144,42 +165,39 @@ impl Worker {
             return Err(io::Error::last_os_error());
         }
         let n = n as usize;
-        for (len, m) in self.lens.iter_mut().zip(&msgs).take(n) {
+        for (len, m) in self.lens.iter_mut().zip(&h.rx).take(n) {
             *len = (m.msg_len as usize).min(MAX_QUERY);
         }
         Ok(n)
     }
 
     fn source(&self, i: usize) -> Option<SocketAddr> {
-        sockaddr_to_std(&self.addrs[i])
+        sockaddr_to_std(&self.headers.addrs[i])
     }
 
     /// Sends the first `count` replies, retrying after partial sends.
     fn send(&mut self, sock: &UdpSocket, count: usize) -> io::Result<()> {
+        let h = &raw mut *self.headers;
         let mut sent = 0;
         while sent < count {
-            let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] =
-                [const { MaybeUninit::uninit() }; BATCH];
-            let mut iov: [MaybeUninit<libc::iovec>; BATCH] =
-                [const { MaybeUninit::uninit() }; BATCH];
-            // SAFETY: as in receive().
-            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
             let todo = count - sent;
             for k in 0..todo {
-                let i = sent + k;
-                let (storage, len) = std_to_sockaddr(self.dest[i]);
-                addrs[k].write(storage);
-                iov[k].write(libc::iovec {
-                    iov_base: self.tx[i].as_mut_ptr().cast(),
-                    iov_len: self.tx[i].len(),
-                });
-                msgs[k].msg_hdr.msg_iov = iov[k].as_mut_ptr();
-                msgs[k].msg_hdr.msg_iovlen = 1;
-                msgs[k].msg_hdr.msg_name = addrs[k].as_mut_ptr().cast();
-                msgs[k].msg_hdr.msg_namelen = len;
+                let (i, q) = (sent + k, self.reply_to[sent + k]);
+                // SAFETY: `h` points at the boxed headers (see `new`); the source address
+                // and its length are those `receive` got for datagram `q` of this batch.
+                unsafe {
+                    (*h).tx_iov[k] = libc::iovec {
+                        iov_base: self.tx[i].as_mut_ptr().cast(),
+                        iov_len: self.tx[i].len(),
+                    };
+                    (*h).tx[k].msg_hdr.msg_name = (&raw mut (*h).addrs[q]).cast();
+                    (*h).tx[k].msg_hdr.msg_namelen = (*h).rx[q].msg_hdr.msg_namelen;
+                }
             }
-            // SAFETY: the first `todo` headers are initialised and point at live buffers.
-            let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), todo as u32, 0) };
+            // SAFETY: the first `todo` headers point at live replies and addresses.
+            let n = unsafe {
+                libc::sendmmsg(sock.as_raw_fd(), (&raw mut (*h).tx).cast(), todo as u32, 0)
+            };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -219,20 +237,6 @@ fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
         }
         _ => None,
     }
-}
-
-fn std_to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    let s: socket2::SockAddr = addr.into();
-    // SAFETY: SockAddr holds a valid sockaddr of `len` bytes, at most sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            s.as_ptr().cast::<u8>(),
-            (&raw mut storage).cast::<u8>(),
-            s.len() as usize,
-        );
-    }
-    (storage, s.len())
 }
 
 /// The address a client should use: the bound address, unspecified IPs as loopback.
