@@ -42,7 +42,7 @@ impl World {
         zone_names: Vec<String>,
     ) -> World {
         let chains = db.as_ref().map_or_else(Vec::new, |db| {
-            db.places().ids().map(|(_, place)| regions.place_chain(place)).collect()
+            db.places().all().map(|place| regions.place_chain(place)).collect()
         });
         World { db, regions, latency, topology, zone_names, chains }
     }

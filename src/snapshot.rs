@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::FastMap;
 use crate::config::ProfileFile;
-use crate::dns::name::WireName;
+use crate::dns::name::{WireName, suffix_offset};
 use crate::health::HealthTable;
 use crate::location::World;
 use crate::metrics::QueryCounters;
@@ -77,7 +77,7 @@ impl Snapshot {
         if let [zone] = self.zones.as_slice() {
             // One zone, the common case: compare its origin with the name's tail rather
             // than hash every suffix of the name.
-            return origin_at(qname, zone.origin.as_bytes()).map(|pos| (0, zone, pos));
+            return suffix_offset(qname, zone.origin.as_bytes()).map(|pos| (0, zone, pos));
         }
         let mut pos = 0;
         while pos < qname.len() {
@@ -100,43 +100,5 @@ impl Snapshot {
 
     pub fn endpoint_count(&self) -> usize {
         self.profiles.iter().map(|p| p.endpoints.len()).sum()
-    }
-}
-
-/// Where `origin` starts inside `qname` when it is the name's tail on a label boundary
-/// (both lower-case wire format).
-fn origin_at(qname: &[u8], origin: &[u8]) -> Option<usize> {
-    let start = qname.len().checked_sub(origin.len())?;
-    let mut pos = 0;
-    while pos < start {
-        pos += usize::from(*qname.get(pos).filter(|&&len| len != 0)?) + 1;
-    }
-    (pos == start && qname[start..] == *origin).then_some(start)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::origin_at;
-
-    #[test]
-    fn origin_at_finds_the_origin_only_on_a_label_boundary() {
-        let origin: &[u8] = b"\x05bench\x04test\x00";
-        let cases: &[(&[u8], Option<usize>)] = &[
-            (b"\x05bench\x04test\x00", Some(0)),
-            (b"\x02lb\x05bench\x04test\x00", Some(3)),
-            (b"\x01a\x02lb\x05bench\x04test\x00", Some(5)),
-            // The tail's bytes equal the origin, but inside the label "x\x05bench".
-            (b"\x07x\x05bench\x04test\x00", None),
-            (b"\x06abench\x04test\x00", None),
-            (b"\x02lb\x07example\x00", None),
-            (b"\x04test\x00", None),
-            (b"\x00", None),
-            // A label length jumping past the origin's start, and a root label before it.
-            (b"\x3fab\x05bench\x04test\x00", None),
-            (b"\x00\x00\x05bench\x04test\x00", None),
-        ];
-        for (qname, want) in cases {
-            assert_eq!(origin_at(qname, origin), *want, "{qname:?}");
-        }
     }
 }

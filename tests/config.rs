@@ -386,7 +386,6 @@ fn large_configuration(dir: &Path) -> (std::path::PathBuf, steerdns::snapshot::S
 #[test]
 fn a_large_configuration_loads_and_reloads_identically() {
     // Enough profiles for several builder threads.
-    let file = large_file;
     let dir = tempfile::tempdir().unwrap();
     let (path, first) = large_configuration(dir.path());
     assert_eq!(first.profiles.len(), 3000);
@@ -395,11 +394,11 @@ fn a_large_configuration_loads_and_reloads_identically() {
     let again = config::load(&path, Some(&first)).unwrap();
     assert_eq!(profiles_text(&again), texts);
     // Errors early and late keep their order; a reload finds the same ones.
-    let bad = file(2).replace("profile: p2500 ", "profile: nowhere ");
+    let bad = large_file(2).replace("profile: p2500 ", "profile: nowhere ");
     std::fs::write(dir.path().join("profiles/2.yaml"), bad).unwrap();
     std::fs::write(
         dir.path().join("profiles/0.yaml"),
-        file(0).replacen("target: 192", "target: x192", 1),
+        large_file(0).replacen("target: 192", "target: x192", 1),
     )
     .unwrap();
     let fresh = rejected(&path, None);

@@ -68,7 +68,7 @@ fn thread_names() -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn udp_threads_sets_the_sockets_and_threads_per_address() {
+async fn udp_threads_sets_the_sockets_and_threads_per_address_and_is_at_least_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = config_with(dir.path(), "\"127.0.0.1:0\"", "  udp_threads: 3\n");
     let server = Server::start(&path).await.unwrap();

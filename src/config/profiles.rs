@@ -40,7 +40,7 @@ fn resolve_name(
 ) -> Option<Named> {
     let text = v.value.trim();
     let origin = sole_origin.filter(|_| !text.ends_with('.'));
-    if !text.ends_with('.') && zones.len() != 1 {
+    if !text.ends_with('.') && sole_origin.is_none() {
         sink.on(
             v,
             format!(

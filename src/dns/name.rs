@@ -146,4 +146,26 @@ mod tests {
         let anc: Vec<String> = www.ancestors_below(&zone).iter().map(|n| n.to_string()).collect();
         assert_eq!(anc, vec!["www.tm.example.test."]);
     }
+
+    #[test]
+    fn suffix_offset_finds_the_suffix_only_on_a_label_boundary() {
+        let origin: &[u8] = b"\x05bench\x04test\x00";
+        let cases: &[(&[u8], Option<usize>)] = &[
+            (b"\x05bench\x04test\x00", Some(0)),
+            (b"\x02lb\x05bench\x04test\x00", Some(3)),
+            (b"\x01a\x02lb\x05bench\x04test\x00", Some(5)),
+            // The tail's bytes equal the origin, but inside the label "x\x05bench".
+            (b"\x07x\x05bench\x04test\x00", None),
+            (b"\x06abench\x04test\x00", None),
+            (b"\x02lb\x07example\x00", None),
+            (b"\x04test\x00", None),
+            (b"\x00", None),
+            // A label length jumping past the origin's start, and a root label before it.
+            (b"\x3fab\x05bench\x04test\x00", None),
+            (b"\x00\x00\x05bench\x04test\x00", None),
+        ];
+        for (qname, want) in cases {
+            assert_eq!(suffix_offset(qname, origin), *want, "{qname:?}");
+        }
+    }
 }

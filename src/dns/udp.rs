@@ -77,7 +77,7 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             let Some(src) = worker.source(i) else {
                 continue;
             };
-            let len = worker.lens[i];
+            let len = worker.len(i);
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
             if let Some(outcome) =
                 respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out)
@@ -97,7 +97,6 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
 /// Reusable buffers of one worker.
 struct Worker {
     rx: Vec<Box<[u8; MAX_QUERY]>>,
-    lens: [usize; BATCH],
     tx: Vec<Vec<u8>>,
     /// For each reply, the datagram it answers: the reply goes to that one's source,
     /// whose address is sent back as the kernel gave it.
@@ -138,7 +137,6 @@ impl Worker {
         }
         Worker {
             rx,
-            lens: [0; BATCH],
             tx: (0..BATCH).map(|_| Vec::with_capacity(1500)).collect(),
             reply_to: [0; BATCH],
             headers,
@@ -164,11 +162,12 @@ impl Worker {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        let n = n as usize;
-        for (len, m) in self.lens.iter_mut().zip(&h.rx).take(n) {
-            *len = (m.msg_len as usize).min(MAX_QUERY);
-        }
-        Ok(n)
+        Ok(n as usize)
+    }
+
+    /// The length of datagram `i` of the batch just received.
+    fn len(&self, i: usize) -> usize {
+        (self.headers.rx[i].msg_len as usize).min(MAX_QUERY)
     }
 
     fn source(&self, i: usize) -> Option<SocketAddr> {

@@ -21,6 +21,7 @@ use serde_saphyr::Spanned;
 
 use super::Entries;
 use super::db::Location;
+use super::regions::RegionId;
 use super::regions::Regions;
 use crate::config::ConfigErrors;
 use crate::config::error::{Sink, from_yaml};
@@ -131,8 +132,8 @@ pub struct LatencyTable {
     region_index: HashMap<String, usize>,
     rows: Vec<Row>,
     cidrs: PrefixMap,
-    /// Canonical hierarchy code → row (looked up per query: a fast hasher).
-    by_code: crate::FastMap<String, usize>,
+    /// Hierarchy region → row (looked up per query, by id: no code string is hashed).
+    by_region: crate::FastMap<RegionId, usize>,
     hierarchy: Arc<Regions>,
 }
 
@@ -190,7 +191,7 @@ impl LatencyTable {
             region_index,
             rows: Vec::new(),
             cidrs: PrefixMap::default(),
-            by_code: HashMap::default(),
+            by_region: HashMap::default(),
             hierarchy,
         };
         let mut cidrs = HashMap::new();
@@ -238,8 +239,7 @@ impl LatencyTable {
         }
         let scope = cidr_scope.max(loc.map_or(0, |l| l.prefix_len));
         let chain = self.hierarchy.place_chain(loc.map(|l| l.place()));
-        let row =
-            chain.ids().iter().find_map(|&id| self.by_code.get(self.hierarchy.code(id)).copied());
+        let row = chain.ids().iter().find_map(|id| self.by_region.get(id).copied());
         match row {
             Some(row) => RowMatch::Region { row, scope },
             None => RowMatch::None { scope },
@@ -278,7 +278,10 @@ impl LatencyTable {
         let id = self.rows.len();
         let duplicate = match &from {
             RowFrom::Cidr(net) => cidrs.insert(*net, id as u32).is_some(),
-            RowFrom::Region(code) => self.by_code.insert(code.clone(), id).is_some(),
+            // `parse_from` only gives codes of the hierarchy, so the id exists.
+            RowFrom::Region(code) => {
+                self.hierarchy.id(code).is_some_and(|r| self.by_region.insert(r, id).is_some())
+            }
         };
         if duplicate {
             sink.on(&raw.from, format!("a row from {:?} is already in the table", raw.from.value));

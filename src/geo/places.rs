@@ -136,9 +136,9 @@ impl Places {
         (id != NO_DATA).then(|| self.places[id as usize])
     }
 
-    /// Every id `lookup_id` can return, with its place.
-    pub fn ids(&self) -> impl Iterator<Item = (PlaceId, Option<Place>)> + '_ {
-        (0..self.places.len() as PlaceId).map(|id| (id, self.get(id)))
+    /// The place of every id `lookup_id` can return, in id order.
+    pub fn all(&self) -> impl Iterator<Item = Option<Place>> + '_ {
+        (0..self.places.len() as PlaceId).map(|id| self.get(id))
     }
 
     /// Distinct places and trie nodes after merging, for logs and tests.

@@ -15,7 +15,7 @@ use serde_saphyr::Spanned;
 
 use super::{Entries, Place};
 use crate::config::ConfigErrors;
-use crate::config::error::{Sink, from_yaml};
+use crate::config::error::{Pos, Sink, from_yaml};
 
 /// The code of the root of the hierarchy.
 pub const WORLD: &str = "WORLD";
@@ -137,15 +137,12 @@ impl Regions {
         for (code, name) in raw.subdivisions.iter().flat_map(|s| &s.0) {
             b.subdivision(code, name);
         }
-        let regions = b.regions;
-        if regions.entries.len() > usize::from(RegionId::MAX) {
-            let n = regions.entries.len();
-            errors.push(crate::config::ConfigError {
-                file: file.to_path_buf(),
-                pos: Default::default(),
-                message: format!("{n} regions; at most {} are supported", RegionId::MAX),
-            });
+        let n = b.regions.entries.len();
+        if n > usize::from(RegionId::MAX) {
+            let max = RegionId::MAX;
+            b.sink.at(Pos::default(), format!("{n} regions; at most {max} are supported"));
         }
+        let regions = b.regions;
         if errors.is_empty() { Ok(regions) } else { Err(ConfigErrors(errors)) }
     }
 

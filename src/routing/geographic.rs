@@ -12,7 +12,8 @@ use super::{Ctx, Pick, Query};
 pub fn pick<'a, H: HealthView + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
-    (by_region, compiled): (&ByRegion, &Compiled),
+    by_region: &ByRegion,
+    compiled: &Compiled,
     fallback_on_degraded: bool,
     q: Query<'_>,
 ) -> Pick<'a> {

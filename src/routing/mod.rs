@@ -130,7 +130,7 @@ where
     let pick = match &profile.rules {
         Rules::Plain => plain(ctx, profile, q, rng),
         Rules::Geographic { by_region, fallback_on_degraded, compiled } => {
-            geographic::pick(ctx, profile, (by_region, compiled), *fallback_on_degraded, q)
+            geographic::pick(ctx, profile, by_region, compiled, *fallback_on_degraded, q)
         }
         Rules::Subnet { ranges, fallback, fallback_on_degraded } => {
             subnet::pick(ctx, profile, ranges, *fallback, *fallback_on_degraded, q)
