@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::error::{self, ConfigError, Pos, from_yaml};
 use super::raw::{RawProfile, with_line_base};
 use super::reuse::{self, Piece, ProfileFile, Reuse};
+use super::yaml;
 
 /// One profile document and the file it came from.
 pub struct Source {
@@ -196,13 +197,20 @@ fn starts_document(line: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
 }
 
-/// All documents of one piece, positions counted from the file's start. The whole-piece
+/// All documents of one piece, positions counted from the file's start. The quick reader
+/// (`yaml`) takes the common shapes; serde-saphyr reads whatever it leaves. The whole-piece
 /// parse is fast; only when it fails is the piece read again document by document, so
 /// that a type error in one document still lets the others load and report their own
 /// errors (the streaming reader copies its buffer per document, too slow to be the rule).
 fn parse_piece(file: &Arc<Path>, piece: &str, line: u32, read: &mut FileRead) {
     let source = |raw: RawProfile| Source { file: file.clone(), doc: Doc::Raw(Box::new(raw)) };
     with_line_base(line, || {
+        if let Some(docs) = yaml::from_multiple::<RawProfile>(piece) {
+            #[cfg(debug_assertions)]
+            yaml::check_against_serde_saphyr(piece, &docs);
+            read.docs.extend(docs.into_iter().map(source));
+            return;
+        }
         if let Ok(docs) = serde_saphyr::from_multiple::<RawProfile>(piece) {
             read.docs.extend(docs.into_iter().map(source));
             return;

@@ -4,7 +4,8 @@
 //! builders here give it meaning and collect every error with its FILE:LINE:COL. A load
 //! either yields a complete snapshot or the full list of errors, never half of each. A
 //! reload takes over the profiles of unchanged documents from the running snapshot
-//! (`files`, `reuse`).
+//! (`files`, `reuse`). Profile documents in the usual shapes are read by a quick reader
+//! (`yaml`) that leaves everything else, errors included, to serde-saphyr.
 
 mod check;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod raw;
 mod reuse;
 mod rules;
 mod world;
+mod yaml;
 mod zones;
 
 use std::collections::hash_map::DefaultHasher;

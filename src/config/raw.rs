@@ -215,8 +215,8 @@ impl<T> Located for Loc<T> {
 /// serde-saphyr's names for its span protocol (see `serde_saphyr::Spanned`'s
 /// `Deserialize`): asking for this newtype makes it present the next node as the struct
 /// below, where `referenced` is a struct with `line` and `column`.
-const SPANNED_NEWTYPE: &str = "__yaml_spanned";
-const SPANNED_MARKER: &str = "__serde_saphyr_private_spanned";
+pub(super) const SPANNED_NEWTYPE: &str = "__yaml_spanned";
+pub(super) const SPANNED_MARKER: &str = "__serde_saphyr_private_spanned";
 const SPANNED_FIELDS: &[&str] = &[SPANNED_MARKER, "value", "referenced", "defined"];
 const LOCATION_FIELDS: &[&str] = &["line", "column", "span", "source_id"];
 
