@@ -40,11 +40,31 @@ pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<UdpSocket>> {
             s.set_reuse_port(true)?;
             // A larger buffer absorbs bursts; failure to enlarge it is harmless.
             let _ = s.set_recv_buffer_size(4 << 20);
+            let _ = never_fragment(&s, addr);
             s.set_read_timeout(Some(POLL))?;
             s.bind(&addr.into())?;
             Ok(s.into())
         })
         .collect()
+}
+
+/// Replies leave with DF set and are never fragmented here, as RFC 9715 asks of DNS
+/// responders; they fit any path anyway (at most 1232 bytes of DNS, see `responder`).
+/// `PROBE` also ignores path-MTU updates, which spoofed ICMP could lower. And with DF set
+/// the kernel skips computing an IP ID for every reply (about 2% of a busy server's
+/// samples).
+fn never_fragment(s: &Socket, addr: SocketAddr) -> io::Result<()> {
+    let (level, name, value) = match addr {
+        SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE),
+        SocketAddr::V6(_) => {
+            (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_PROBE)
+        }
+    };
+    let len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket and a pointer to an int of the given length.
+    let rc =
+        unsafe { libc::setsockopt(s.as_raw_fd(), level, name, (&raw const value).cast(), len) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Serves one socket until `cancel` fires. Blocking: run it on its own thread.
@@ -250,4 +270,31 @@ pub fn local_addr(sock: &UdpSocket) -> io::Result<SocketAddr> {
         }
         _ => a,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mtu_discover(sock: &UdpSocket, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+        let (mut value, mut len) = (0 as libc::c_int, size_of::<libc::c_int>() as libc::socklen_t);
+        // SAFETY: a valid socket, and an int with its length for the kernel to fill.
+        let rc = unsafe {
+            libc::getsockopt(sock.as_raw_fd(), level, name, (&raw mut value).cast(), &mut len)
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        value
+    }
+
+    #[test]
+    fn replies_are_sent_unfragmented_on_both_families() {
+        let v4 = bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let v4 = mtu_discover(&v4[0], libc::IPPROTO_IP, libc::IP_MTU_DISCOVER);
+        assert_eq!(v4, libc::IP_PMTUDISC_PROBE);
+        let Ok(v6) = bind("[::1]:0".parse().unwrap(), 1) else {
+            return; // no IPv6 loopback on this machine
+        };
+        let v6 = mtu_discover(&v6[0], libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER);
+        assert_eq!(v6, libc::IPV6_PMTUDISC_PROBE);
+    }
 }
