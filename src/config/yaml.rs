@@ -62,7 +62,7 @@ const MAX_DEPTH: usize = 48;
 /// The quick reader gave up. Nothing more is kept: serde-saphyr reads the text again and
 /// reports whatever was wrong.
 #[derive(Debug)]
-pub struct GiveUp;
+struct GiveUp;
 
 impl fmt::Display for GiveUp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -346,8 +346,9 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
     }
 }
 
-/// The entries of one mapping. Keys are plain or quoted scalars; a duplicate key or a
-/// merge key (`<<`) gives up, as serde-saphyr has its own rules for both.
+/// The entries of one mapping. Keys are plain or quoted scalars; a duplicate key, a merge
+/// key (`<<`) or a plain key that may be typed gives up, as serde-saphyr has its own rules
+/// for all three.
 struct Mapping<'r, 'a> {
     reader: &'r mut Reader<'a>,
     keys: SmallVec<[Cow<'a, str>; 16]>,
@@ -368,7 +369,9 @@ impl<'de> MapAccess<'de> for &mut Mapping<'_, '_> {
         }
         let (key, style) = self.reader.scalar()?;
         let plain = style == ScalarStyle::Plain;
-        if (plain && (is_null(&key) || key == "<<")) || self.keys.contains(&key) {
+        // serde-saphyr also takes plain keys that read as the same number or boolean
+        // (`1`, `0x1`) for duplicates: any plain key that may be typed is its call.
+        if (plain && (key == "<<" || maybe_typed(&key))) || self.keys.contains(&key) {
             return Err(GiveUp);
         }
         let value = seed.deserialize(StrDeserializer::<GiveUp>::new(&key))?;
@@ -461,7 +464,7 @@ mod tests {
     fn common_documents_read_as_serde_saphyr_reads_them() {
         let texts = [
             "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, priority: 1 }\n  - name: b\n    target: \"2001:db8::1\"\n    priority: 2\n    enabled: false\n",
-            "# comment\nname: 'it''s'   # trailing\nttl: 30\nenabled: true\nrouting: weighted\nfail_open: false\nsticky: true\nmax_return: 2\nsafety_threshold: -1\ndegraded_match: \"a\\tb\"\nmonitor:\n  protocol: https\n  port: 8443\n  path: /health\n  interval: 10s\n  timeout: 2s\n  tolerated_failures: 0\n  expected_status: [200, \"200-299\", '301', 404-410]\n  headers: { Host: example.com, \"X-Token\": abc, 123: v }\n  body_contains: |\n    ok\n    fine\n  tls_verify: false\nendpoints: []\n",
+            "# comment\nname: 'it''s'   # trailing\nttl: 30\nenabled: true\nrouting: weighted\nfail_open: false\nsticky: true\nmax_return: 2\nsafety_threshold: -1\ndegraded_match: \"a\\tb\"\nmonitor:\n  protocol: https\n  port: 8443\n  path: /health\n  interval: 10s\n  timeout: 2s\n  tolerated_failures: 0\n  expected_status: [200, \"200-299\", '301', 404-410]\n  headers: { Host: example.com, \"X-Token\": abc, '123': v }\n  body_contains: |\n    ok\n    fine\n  tls_verify: false\nendpoints: []\n",
             "name: geo\nrouting: geographic\nendpoints:\n  - name: eu\n    target: eu.example.net.\n    geo: [EU, DE, \"US-CA\"]\n    subnets:\n      - 10.0.0.0/8\n      - 2001:db8::/32\n    location: fra\n    zone: z1\n    monitor:\n      path: >-\n        /folded\n        path\n",
             "name: nested\nrouting: priority\nendpoints:\n  - { name: n, profile: child, min_child_endpoints: 2, min_child_endpoints_ipv4: 1, min_child_endpoints_ipv6: 0 }\n---\nname: dial\nrouting: groups\ngroups:\n  - name: g1\n    location: fra\n    traffic_dial: 50\n    endpoints: [ { name: a, target: 192.0.2.9 } ]\n...\n---\nname: 123\nrouting: multi\n  line plain\n",
             "{ name: flow, routing: priority, endpoints: [ { name: a,\n    target: 192.0.2.1 } ] }\n",
@@ -500,6 +503,9 @@ mod tests {
             "monitor: { expected_status: [no] }\n",
             "monitor: { expected_status: [[200]] }\n",
             "monitor: { headers: { ~: x } }\n",
+            "monitor: { headers: { 1: a, 0x1: b } }\n",
+            "monitor: { headers: { 1: a } }\n",
+            "monitor: { headers: { true: a, TRUE: b } }\n",
             "name: b\n",
             "\"name\": b\n",
             "unknown: 1\n",
