@@ -59,6 +59,21 @@ const MAX_DOCUMENTS: usize = 1024;
 const MAX_EVENTS: usize = 200_000;
 const MAX_DEPTH: usize = 48;
 
+/// Where an event starts, as serde-saphyr reports it (line from 1, column from 1). Only
+/// this is kept of the parser's span: moving whole spans with every event cost more than
+/// reading them.
+#[derive(Clone, Copy)]
+struct Mark {
+    line: u64,
+    column: u64,
+}
+
+impl Mark {
+    fn of(span: &Span) -> Mark {
+        Mark { line: span.start.line() as u64, column: span.start.col() as u64 + 1 }
+    }
+}
+
 /// The quick reader gave up. Nothing more is kept: serde-saphyr reads the text again and
 /// reports whatever was wrong.
 #[derive(Debug)]
@@ -80,13 +95,13 @@ impl de::Error for GiveUp {
 
 struct Reader<'a> {
     parser: Parser<'a, StrInput<'a>>,
-    peeked: Option<(Event<'a>, Span)>,
+    peeked: Option<(Event<'a>, Mark)>,
     events: usize,
     depth: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn next(&mut self) -> Result<(Event<'a>, Span), GiveUp> {
+    fn next(&mut self) -> Result<(Event<'a>, Mark), GiveUp> {
         if let Some(ev) = self.peeked.take() {
             return Ok(ev);
         }
@@ -95,12 +110,12 @@ impl<'a> Reader<'a> {
             return Err(GiveUp);
         }
         match self.parser.next() {
-            Some(Ok(ev)) => Ok(ev),
+            Some(Ok((ev, span))) => Ok((ev, Mark::of(&span))),
             _ => Err(GiveUp),
         }
     }
 
-    fn peek(&mut self) -> Result<&(Event<'a>, Span), GiveUp> {
+    fn peek(&mut self) -> Result<&(Event<'a>, Mark), GiveUp> {
         if self.peeked.is_none() {
             self.peeked = Some(self.next()?);
         }
@@ -269,8 +284,7 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
         if name != SPANNED_NEWTYPE {
             return visitor.visit_newtype_struct(self);
         }
-        let start = self.peek()?.1.start;
-        let pos = (start.line() as u64, start.col() as u64 + 1);
+        let pos = self.peek()?.1;
         visitor.visit_map(Located { reader: self, pos, step: 0 })
     }
 
@@ -409,7 +423,7 @@ impl<'de> SeqAccess<'de> for &mut Sequence<'_, '_> {
 /// value, then where it was written (`referenced`) as a map of line and column.
 struct Located<'r, 'a> {
     reader: &'r mut Reader<'a>,
-    pos: (u64, u64),
+    pos: Mark,
     step: u8,
 }
 
@@ -431,7 +445,7 @@ impl<'de> MapAccess<'de> for Located<'_, '_> {
             1 => seed.deserialize(true.into_deserializer()),
             2 => seed.deserialize(&mut *self.reader),
             _ => {
-                let (line, column) = self.pos;
+                let Mark { line, column } = self.pos;
                 let entries = [("line", line), ("column", column)].into_iter();
                 seed.deserialize(MapDeserializer::new(entries))
             }
