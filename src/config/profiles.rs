@@ -118,12 +118,11 @@ impl Context<'_> {
     }
 }
 
-/// Builds the named profiles in contiguous chunks, one per core: each profile depends only
-/// on its document and the shared context, and chunks are joined in order, so profiles and
-/// errors come out exactly as one thread would produce them. (Parsed documents are freed
-/// only after all are built: freeing each one as its profile is built barely lowers the
-/// peak but scatters the profiles over the freed space, so that with 100k profiles the RSS
-/// after the load stayed ~100 MB higher.)
+/// Builds the named profiles in parallel (see `in_chunks`): each profile depends only on
+/// its document and the shared context. (Parsed documents are freed only after all are
+/// built: freeing each one as its profile is built barely lowers the peak but scatters the
+/// profiles over the freed space, so that with 100k profiles the RSS after the load stayed
+/// ~100 MB higher.)
 fn build_parallel(
     ctx: &Context<'_>,
     sources: &[Source],
@@ -133,30 +132,41 @@ fn build_parallel(
     let build = |part: &[(usize, Named)], errs: &mut Vec<ConfigError>| -> Vec<Profile> {
         part.iter().map(|(i, n)| ctx.build(&sources[*i], n, errs)).collect()
     };
+    in_chunks(named, errors, build)
+}
+
+/// `work` over contiguous chunks of `items`, one per core, joined in order: results and
+/// errors come out exactly as one thread would produce them.
+fn in_chunks<T: Sync, R: Send>(
+    items: &[T],
+    errors: &mut Vec<ConfigError>,
+    work: impl Fn(&[T], &mut Vec<ConfigError>) -> Vec<R> + Sync,
+) -> Vec<R> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Small configurations are not worth a thread.
-    let chunk = named.len().div_ceil(workers).max(1024);
-    if named.len() <= chunk {
-        return build(named, errors);
+    let chunk = items.len().div_ceil(workers).max(1024);
+    if items.len() <= chunk {
+        return work(items, errors);
     }
-    let parts: Vec<(Vec<Profile>, Vec<ConfigError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = named
+    let work = &work;
+    let parts: Vec<(Vec<R>, Vec<ConfigError>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = items
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     let mut errs = Vec::new();
-                    (build(part, &mut errs), errs)
+                    (work(part, &mut errs), errs)
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a profile builder thread panicked")).collect()
+        handles.into_iter().map(|h| h.join().expect("a configuration thread panicked")).collect()
     });
-    let mut profiles = Vec::with_capacity(named.len());
-    for (built, errs) in parts {
-        profiles.extend(built);
+    let mut out = Vec::with_capacity(items.len());
+    for (done, errs) in parts {
+        out.extend(done);
         errors.extend(errs);
     }
-    profiles
+    out
 }
 
 /// Every profile's resolved name.
@@ -175,22 +185,30 @@ fn name_all(
     sole_origin: Option<&Name>,
     errors: &mut Vec<ConfigError>,
 ) -> Names {
-    let mut named: Vec<(usize, Named)> = Vec::with_capacity(sources.len());
-    let mut ids: HashMap<WireName, usize> = HashMap::with_capacity(sources.len());
-    let mut rejected = Vec::new();
-    for (i, src) in sources.iter().enumerate() {
-        let mut sink = Sink { file: &src.file, errors };
-        let n = match &src.doc {
-            Doc::Raw(raw) => resolve_name(&mut sink, &raw.name, zones, sole_origin),
+    // Parsing the names is most of the work: it runs on all cores, the duplicate check
+    // after it in document order.
+    let resolved = in_chunks(sources, errors, |part, errs| {
+        let name = |src: &Source| match &src.doc {
+            Doc::Raw(raw) => {
+                let mut sink = Sink { file: &src.file, errors: errs };
+                resolve_name(&mut sink, &raw.name, zones, sole_origin)
+            }
             Doc::Reused(old) => {
                 Some(Named { wire: prev[*old].wire.clone(), zone: prev[*old].zone })
             }
         };
+        part.iter().map(name).collect()
+    });
+    let mut named: Vec<(usize, Named)> = Vec::with_capacity(sources.len());
+    let mut ids: HashMap<WireName, usize> = HashMap::with_capacity(sources.len());
+    let mut rejected = Vec::new();
+    for (i, (src, n)) in sources.iter().zip(resolved).enumerate() {
         let Some(n) = n else {
             rejected.push(i);
             continue;
         };
         if ids.contains_key(&n.wire) {
+            let mut sink = Sink { file: &src.file, errors };
             sink.at(src.name_pos(), format!("two profiles are named {}", n.wire));
             rejected.push(i);
             continue;
