@@ -224,8 +224,10 @@ pub struct Endpoint {
     pub weight: u32,
     /// Slot in the health table; nested endpoints derive their status instead.
     pub health_slot: usize,
-    /// `None` for nested and `always_serve` endpoints, which are never probed.
-    pub monitor: Option<Monitor>,
+    /// `None` for nested and `always_serve` endpoints, which are never probed. Boxed: it is
+    /// read only when probes are planned, and inline it was 136 of the endpoint's 224 bytes
+    /// (100k profiles: 25 MiB of every snapshot, twice that at a reload's peak).
+    pub monitor: Option<Box<Monitor>>,
 }
 
 impl Endpoint {

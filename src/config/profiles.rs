@@ -385,7 +385,7 @@ impl Builder<'_, '_> {
                 _ => int_or(self.sink, e.weight.as_deref(), 0, 1000, "weight", 1),
             },
             health_slot: usize::MAX,
-            monitor: if always_serve { None } else { monitor },
+            monitor: if always_serve { None } else { monitor.map(Box::new) },
         }
     }
 

@@ -180,7 +180,7 @@ fn same_target(probe: &ProbeTarget, t: &Target) -> bool {
 
 /// The monitor that probes `ep`, whether or not its profile is enabled.
 fn monitor(ep: &Endpoint) -> Option<&Monitor> {
-    ep.monitor.as_ref().filter(|_| ep.enabled && !ep.always_serve)
+    ep.monitor.as_deref().filter(|_| ep.enabled && !ep.always_serve)
 }
 
 /// The base slot `p` puts `old` at, if `old` still describes `p` exactly. `old` was looked
