@@ -408,6 +408,22 @@ fn a_large_configuration_loads_and_reloads_identically() {
     assert!(fresh[1].contains("nested profile nowhere."), "{fresh:#?}");
 }
 
+/// Names are resolved on several threads: errors in names far into the last file (a
+/// duplicate and one outside every zone) are found, alike by a fresh load and a reload.
+#[test]
+fn name_errors_are_found_on_every_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, first) = large_configuration(dir.path());
+    let extra = [LEAF.replace("leaf", "p1"), LEAF.replace("leaf", "elsewhere.example.")];
+    let text = format!("{}---\n{}", large_file(2), extra.join("---\n"));
+    std::fs::write(dir.path().join("profiles/2.yaml"), text).unwrap();
+    let fresh = rejected(&path, None);
+    assert_eq!(rejected(&path, Some(&first)), fresh);
+    assert_eq!(fresh.len(), 2, "{fresh:#?}");
+    assert!(fresh[0].starts_with("2.yaml:") && fresh[0].contains("two profiles are named p1."));
+    assert!(fresh[1].contains("elsewhere.example. is outside every zone"), "{fresh:#?}");
+}
+
 #[test]
 fn edits_inside_a_file_reload_like_a_fresh_load() {
     let dir = tempfile::tempdir().unwrap();

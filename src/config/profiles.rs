@@ -149,17 +149,23 @@ fn in_chunks<T: Sync, R: Send>(
         return work(items, errors);
     }
     let work = &work;
+    let run = move |part: &[T]| {
+        let mut errs = Vec::new();
+        (work(part, &mut errs), errs)
+    };
     let parts: Vec<(Vec<R>, Vec<ConfigError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || {
-                    let mut errs = Vec::new();
-                    (work(part, &mut errs), errs)
-                })
+        let spawn = |part| std::thread::Builder::new().spawn_scoped(scope, move || run(part));
+        // A chunk whose thread cannot be started is done on this one.
+        let started: Vec<_> =
+            items.chunks(chunk).map(|part| spawn(part).map_err(|_| part)).collect();
+        let join = |h: std::thread::ScopedJoinHandle<'_, _>| h.join();
+        started
+            .into_iter()
+            .map(|s| match s {
+                Ok(h) => join(h).expect("a configuration thread panicked"),
+                Err(part) => run(part),
             })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a configuration thread panicked")).collect()
+            .collect()
     });
     let mut out = Vec::with_capacity(items.len());
     for (done, errs) in parts {
