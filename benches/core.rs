@@ -114,5 +114,31 @@ fn scale(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, example, scale);
+/// Range lookups of random client addresses in 100k ranges (subnet routing, topology):
+/// unlike one repeated query, this pays the cache misses a busy server pays.
+fn ranges(c: &mut Criterion) {
+    use steerdns::netrange::{Range, RangeMap};
+    let entries: Vec<(Range, u32)> = (0..100_000u32)
+        .map(|i| {
+            let start = u128::from(0x0a00_0000 + i * 64);
+            (Range { v6: false, start, end: start + 15 }, i)
+        })
+        .collect();
+    let map = RangeMap::new(entries).unwrap();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let clients: Vec<IpAddr> = (0..65_536)
+        .map(|_| {
+            IpAddr::V4((0x0a00_0000 + rand::Rng::random_range(&mut rng, 0..6_400_000u32)).into())
+        })
+        .collect();
+    let mut i = 0;
+    c.bench_function("netrange/100k-ranges-random-clients", |b| {
+        b.iter(|| {
+            i = (i + 1) & 0xffff;
+            black_box(map.lookup(black_box(clients[i])).scope)
+        })
+    });
+}
+
+criterion_group!(benches, example, scale, ranges);
 criterion_main!(benches);

@@ -85,12 +85,18 @@ pub struct Hit<'a, T> {
 /// Non-overlapping ranges with a value each, sorted for binary search.
 #[derive(Clone, Debug, Hash)]
 pub struct RangeMap<T> {
+    /// Sorted by family and start: the IPv4 entries first.
     entries: Vec<(Range, T)>,
+    /// The starts of the IPv4 entries, then of the IPv6 ones: searched instead of `entries`
+    /// (4 and 16 bytes a range instead of 64), so that a search of 100k ranges touches a
+    /// few cache lines of a 400 KB array rather than 17 lines of a 6 MB one.
+    v4_starts: Vec<u32>,
+    v6_starts: Vec<u128>,
 }
 
 impl<T> Default for RangeMap<T> {
     fn default() -> Self {
-        RangeMap { entries: Vec::new() }
+        RangeMap { entries: Vec::new(), v4_starts: Vec::new(), v6_starts: Vec::new() }
     }
 }
 
@@ -103,7 +109,13 @@ impl<T> RangeMap<T> {
             .filter(|w| w[0].0.v6 == w[1].0.v6 && w[1].0.start <= w[0].0.end)
             .map(|w| (w[0].0, w[1].0))
             .collect();
-        if overlaps.is_empty() { Ok(RangeMap { entries }) } else { Err(overlaps) }
+        if !overlaps.is_empty() {
+            return Err(overlaps);
+        }
+        let family = |v6| entries.iter().filter(move |(r, _)| r.v6 == v6).map(|(r, _)| r.start);
+        let v4_starts = family(false).map(|s| s as u32).collect();
+        let v6_starts = family(true).collect();
+        Ok(RangeMap { entries, v4_starts, v6_starts })
     }
 
     pub fn len(&self) -> usize {
@@ -118,10 +130,15 @@ impl<T> RangeMap<T> {
     pub fn lookup(&self, ip: IpAddr) -> Hit<'_, T> {
         let (v6, x) = (ip.is_ipv6(), to_int(ip));
         let bits = if v6 { 128 } else { 32 };
-        // Index of the first entry that sorts after (v6, x).
-        let after = self.entries.partition_point(|(r, _)| (r.v6, r.start) <= (v6, x));
-        let before = after.checked_sub(1).map(|i| &self.entries[i]).filter(|(r, _)| r.v6 == v6);
-        let next = self.entries.get(after).filter(|(r, _)| r.v6 == v6).map(|(r, _)| r.start);
+        // The family's entries, and the index among them of the first that starts after x.
+        let (family, after) = if v6 {
+            (&self.entries[self.v4_starts.len()..], self.v6_starts.partition_point(|&s| s <= x))
+        } else {
+            let x = x as u32;
+            (&self.entries[..self.v4_starts.len()], self.v4_starts.partition_point(|&s| s <= x))
+        };
+        let before = after.checked_sub(1).map(|i| &family[i]);
+        let next = family.get(after).map(|(r, _)| r.start);
         match before {
             Some((r, value)) if r.contains(v6, x) => {
                 Hit { value: Some(value), scope: widest_inside(bits, x, r.start, r.end) }
@@ -141,16 +158,23 @@ fn max_of(bits: u8) -> u128 {
     if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 }
 }
 
-/// The shortest prefix length L such that x's /L block lies within [lo, hi].
+/// The shortest prefix length L such that x's /L block lies within [lo, hi] (the full
+/// length when x itself is outside). A block that fits has every smaller block around x
+/// fit too, so the widest one is found by bisecting the host bits: 7 or 8 steps instead
+/// of up to 129.
 fn widest_inside(bits: u8, x: u128, lo: u128, hi: u128) -> u8 {
-    (0..=bits)
-        .find(|&len| {
-            let host = if len == bits { 0 } else { max_of(bits - len) };
-            let start = x & !host & max_of(bits);
-            let end = start | host;
-            start >= lo && end <= hi
-        })
-        .unwrap_or(bits)
+    let fits = |host_bits: u32| {
+        let host = max_of(host_bits as u8);
+        (x & !host) >= lo && (x | host) <= hi
+    };
+    // fits(ok) is assumed (it holds unless x is outside, and then nothing fits either);
+    // `bad` starts past the largest block.
+    let (mut ok, mut bad) = (0u32, u32::from(bits) + 1);
+    while bad - ok > 1 {
+        let mid = (ok + bad) / 2;
+        if fits(mid) { ok = mid } else { bad = mid }
+    }
+    bits - ok as u8
 }
 
 impl Range {
@@ -205,6 +229,9 @@ mod tests {
             ("2001:db8:1::1", Some(4), 32),
             ("2001:db9::1", None, 32),
             ("::1", None, 3),
+            // Past the last range of each family (IPv4 sorts first).
+            ("250.0.0.1", None, 3),
+            ("ffff::1", None, 1),
         ];
         for (i, (ip, value, scope)) in cases.iter().enumerate() {
             let hit = m.lookup(ip.parse().unwrap());
@@ -238,6 +265,44 @@ mod tests {
             let base = i * 256;
             assert_eq!(m.lookup(IpAddr::V4((base + 7).into())).value, Some(&i));
             assert_eq!(m.lookup(IpAddr::V4((base + 230).into())).value, None);
+        }
+    }
+
+    /// The bisection gives what trying every prefix length gives.
+    #[test]
+    fn widest_inside_matches_trying_every_length() {
+        let linear = |bits: u8, x: u128, lo: u128, hi: u128| {
+            (0..=bits)
+                .find(|&len| {
+                    let host = if len == bits { 0 } else { max_of(bits - len) };
+                    let start = x & !host & max_of(bits);
+                    start >= lo && (start | host) <= hi
+                })
+                .unwrap_or(bits)
+        };
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for bits in [32u8, 128] {
+            for _ in 0..20_000 {
+                let r = |v: u64| u128::from(v) & max_of(bits.min(64));
+                let (mut a, mut b, x) = (r(next()), r(next()), r(next()));
+                if a > b {
+                    std::mem::swap(&mut a, &mut b);
+                }
+                // Bounds near x as often as far from it.
+                let (lo, hi) =
+                    if next() % 2 == 0 { (a, b) } else { (x.saturating_sub(a % 300), x + b % 300) };
+                assert_eq!(
+                    widest_inside(bits, x, lo, hi),
+                    linear(bits, x, lo, hi),
+                    "{bits} {x} {lo} {hi}"
+                );
+            }
         }
     }
 
