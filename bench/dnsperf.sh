@@ -783,6 +783,10 @@ if wants scale; then
       sed -i "s/^routing:/# rev $k\nrouting:/" "${files[@]}"
       reload "every document of every file edited ($k)"
     done
+    # The highest RSS since start: during a reload both snapshots and the parsed documents
+    # are live at once.
+    echo "   peak RSS since start (VmHWM): $(($(awk '/^VmHWM:/ { print $2 }' \
+      "/proc/${PID[sd-scale]}/status") / 1024)) MB"
   fi
   # Every profile name once, shuffled: each query hits another profile.
   python3 -c "
