@@ -134,6 +134,15 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Whether the next event is the collection's end (`is_end`); if so, it is read.
+    fn closes(&mut self, is_end: fn(&Event<'_>) -> bool) -> Result<bool, GiveUp> {
+        let end = is_end(&self.peek()?.0);
+        if end {
+            self.next()?;
+        }
+        Ok(end)
+    }
+
     /// Enters a collection whose start event is `is_start`, without anchor or tag.
     fn open(&mut self, is_start: fn(&Event<'_>) -> bool) -> Result<(), GiveUp> {
         let (ev, _) = self.next()?;
@@ -332,8 +341,7 @@ impl<'de> MapAccess<'de> for &mut Mapping<'_, '_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, GiveUp> {
-        if matches!(self.reader.peek()?.0, Event::MappingEnd) {
-            self.reader.next()?;
+        if self.reader.closes(|e| matches!(e, Event::MappingEnd))? {
             self.done = true;
             return Ok(None);
         }
@@ -367,8 +375,7 @@ impl<'de> SeqAccess<'de> for &mut Sequence<'_, '_> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, GiveUp> {
-        if matches!(self.reader.peek()?.0, Event::SequenceEnd) {
-            self.reader.next()?;
+        if self.reader.closes(|e| matches!(e, Event::SequenceEnd))? {
             self.done = true;
             return Ok(None);
         }
