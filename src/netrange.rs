@@ -280,23 +280,21 @@ mod tests {
                 })
                 .unwrap_or(bits)
         };
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         for bits in [32u8, 128] {
             for _ in 0..20_000 {
-                let r = |v: u64| u128::from(v) & max_of(bits.min(64));
-                let (mut a, mut b, x) = (r(next()), r(next()), r(next()));
+                let mut r = || rng.random::<u128>() & max_of(bits);
+                let (mut a, mut b, x) = (r(), r(), r());
                 if a > b {
                     std::mem::swap(&mut a, &mut b);
                 }
                 // Bounds near x as often as far from it.
-                let (lo, hi) =
-                    if next() % 2 == 0 { (a, b) } else { (x.saturating_sub(a % 300), x + b % 300) };
+                let (lo, hi) = if rng.random() {
+                    (a, b)
+                } else {
+                    (x.saturating_sub(a % 300), x.saturating_add(b % 300))
+                };
                 assert_eq!(
                     widest_inside(bits, x, lo, hi),
                     linear(bits, x, lo, hi),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::error::{self, ConfigError, Pos, from_yaml};
+use super::par;
 use super::raw::{RawProfile, with_line_base};
 use super::reuse::{self, Piece, ProfileFile, Reuse};
 use super::yaml;
@@ -84,29 +85,11 @@ struct Identity {
     pieces: Arc<[Piece]>,
 }
 
-/// Reads (and parses, unless taken over) every file, spread over the cores: YAML parsing
-/// dominates a large load.
+/// Reads (and parses, unless taken over) every file, spread over the cores (see `par`):
+/// YAML parsing dominates a large load.
 fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> {
-    let workers =
-        std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len().max(1));
-    let mut parts: Vec<(usize, FileRead)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                scope.spawn(move || {
-                    (w..files.len())
-                        .step_by(workers)
-                        .map(|i| (i, read_file(&files[i], reuse)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a profile parser thread panicked"))
-            .collect()
-    });
-    parts.sort_by_key(|(i, _)| *i);
-    parts.into_iter().map(|(_, read)| read).collect()
+    let read = |part: &[PathBuf]| part.iter().map(|f| read_file(f, reuse)).collect::<Vec<_>>();
+    par::chunked(files, 1, read).into_iter().flatten().collect()
 }
 
 /// Every profile of one file (see `read_text`).

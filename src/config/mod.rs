@@ -11,6 +11,7 @@ mod check;
 pub mod error;
 mod files;
 mod monitor;
+mod par;
 mod profiles;
 pub mod raw;
 mod reuse;

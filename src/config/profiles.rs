@@ -1,6 +1,7 @@
 //! Validates each profile read from `profiles/*.yaml` (see `files`): names, endpoints,
 //! targets, per-method rules, monitors and nesting (contract §3).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -10,6 +11,7 @@ use super::check::{int_in, int_or};
 use super::error::{ConfigError, Pos, Sink};
 use super::files::{Doc, Source};
 use super::monitor;
+use super::par;
 use super::raw::{RawEndpoint, RawProfile, S};
 use super::reuse;
 use super::zones::parse_name;
@@ -135,37 +137,16 @@ fn build_parallel(
     in_chunks(named, errors, build)
 }
 
-/// `work` over contiguous chunks of `items`, one per core, joined in order: results and
-/// errors come out exactly as one thread would produce them.
+/// `work` over chunks of `items` on all cores (see `par`), errors kept in order.
 fn in_chunks<T: Sync, R: Send>(
     items: &[T],
     errors: &mut Vec<ConfigError>,
     work: impl Fn(&[T], &mut Vec<ConfigError>) -> Vec<R> + Sync,
 ) -> Vec<R> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Small configurations are not worth a thread.
-    let chunk = items.len().div_ceil(workers).max(1024);
-    if items.len() <= chunk {
-        return work(items, errors);
-    }
-    let work = &work;
-    let run = move |part: &[T]| {
+    let parts = par::chunked(items, 1024, |part| {
         let mut errs = Vec::new();
         (work(part, &mut errs), errs)
-    };
-    let parts: Vec<(Vec<R>, Vec<ConfigError>)> = std::thread::scope(|scope| {
-        let spawn = |part| std::thread::Builder::new().spawn_scoped(scope, move || run(part));
-        // A chunk whose thread cannot be started is done on this one.
-        let started: Vec<_> =
-            items.chunks(chunk).map(|part| spawn(part).map_err(|_| part)).collect();
-        let join = |h: std::thread::ScopedJoinHandle<'_, _>| h.join();
-        started
-            .into_iter()
-            .map(|s| match s {
-                Ok(h) => join(h).expect("a configuration thread panicked"),
-                Err(part) => run(part),
-            })
-            .collect()
     });
     let mut out = Vec::with_capacity(items.len());
     for (done, errs) in parts {
@@ -213,14 +194,17 @@ fn name_all(
             rejected.push(i);
             continue;
         };
-        if ids.contains_key(&n.wire) {
-            let mut sink = Sink { file: &src.file, errors };
-            sink.at(src.name_pos(), format!("two profiles are named {}", n.wire));
-            rejected.push(i);
-            continue;
+        match ids.entry(n.wire.clone()) {
+            Entry::Occupied(_) => {
+                let mut sink = Sink { file: &src.file, errors };
+                sink.at(src.name_pos(), format!("two profiles are named {}", n.wire));
+                rejected.push(i);
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(named.len());
+                named.push((i, n));
+            }
         }
-        ids.insert(n.wire.clone(), named.len());
-        named.push((i, n));
     }
     Names { named, ids, rejected }
 }

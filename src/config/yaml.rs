@@ -134,20 +134,21 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Whether the next event is the collection's end (`is_end`); if so, it is read.
-    fn closes(&mut self, is_end: fn(&Event<'_>) -> bool) -> Result<bool, GiveUp> {
-        let end = is_end(&self.peek()?.0);
-        if end {
-            self.next()?;
+    /// Reads one collection: its start (`is_start`, without anchor or tag), its entries
+    /// (`entries`, which stops before the end), then its end (`is_end`).
+    fn nested<R>(
+        &mut self,
+        is_start: fn(&Event<'_>) -> bool,
+        is_end: fn(&Event<'_>) -> bool,
+        entries: impl FnOnce(&mut Self) -> Result<R, GiveUp>,
+    ) -> Result<R, GiveUp> {
+        if !is_start(&self.next()?.0) || self.depth == MAX_DEPTH {
+            return Err(GiveUp);
         }
-        Ok(end)
-    }
-
-    /// Enters a collection whose start event is `is_start`, without anchor or tag.
-    fn open(&mut self, is_start: fn(&Event<'_>) -> bool) -> Result<(), GiveUp> {
-        let (ev, _) = self.next()?;
         self.depth += 1;
-        if is_start(&ev) && self.depth <= MAX_DEPTH { Ok(()) } else { Err(GiveUp) }
+        let value = entries(self)?;
+        self.depth -= 1;
+        if is_end(&self.next()?.0) { Ok(value) } else { Err(GiveUp) }
     }
 }
 
@@ -210,10 +211,6 @@ fn is_null(text: &str) -> bool {
     matches!(text, "" | "~" | "null" | "Null" | "NULL")
 }
 
-fn visit_text<'de, V: Visitor<'de>>(text: Cow<'_, str>, visitor: V) -> Result<V::Value, GiveUp> {
-    visitor.visit_str(&text)
-}
-
 macro_rules! give_up {
     ($($method:ident($($arg:ty),*);)*) => {
         $(fn $method<V: Visitor<'de>>(self, $(_: $arg,)* _: V) -> Result<V::Value, GiveUp> {
@@ -233,13 +230,13 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
         }
         let (text, style) = self.scalar()?;
         if style != ScalarStyle::Plain {
-            return visit_text(text, visitor);
+            return visitor.visit_str(&text);
         }
         match classify(&text)? {
             Plain::Bool(b) => visitor.visit_bool(b),
             Plain::Unsigned(n) => visitor.visit_u64(n),
             Plain::Negative(n) => visitor.visit_i64(n),
-            Plain::Text => visit_text(text, visitor),
+            Plain::Text => visitor.visit_str(&text),
         }
     }
 
@@ -254,7 +251,7 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
         match self.scalar()? {
             (text, ScalarStyle::Plain) if is_null(&text) => Err(GiveUp),
-            (text, _) => visit_text(text, visitor),
+            (text, _) => visitor.visit_str(&text),
         }
     }
 
@@ -286,12 +283,11 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
-        self.open(is_mapping)?;
-        let mut map = Mapping { reader: &mut *self, keys: SmallVec::new(), done: false };
-        let value = visitor.visit_map(&mut map)?;
-        let done = map.done;
-        self.depth -= 1;
-        if done { Ok(value) } else { Err(GiveUp) }
+        self.nested(
+            is_mapping,
+            |e| matches!(e, Event::MappingEnd),
+            |reader| visitor.visit_map(&mut Mapping { reader, keys: SmallVec::new() }),
+        )
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -304,12 +300,11 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
-        self.open(is_sequence)?;
-        let mut seq = Sequence { reader: &mut *self, done: false };
-        let value = visitor.visit_seq(&mut seq)?;
-        let done = seq.done;
-        self.depth -= 1;
-        if done { Ok(value) } else { Err(GiveUp) }
+        self.nested(
+            is_sequence,
+            |e| matches!(e, Event::SequenceEnd),
+            |reader| visitor.visit_seq(&mut Sequence { reader }),
+        )
     }
 
     // Nothing in a profile document is read as these (and nothing is ignored: every
@@ -331,7 +326,6 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
 struct Mapping<'r, 'a> {
     reader: &'r mut Reader<'a>,
     keys: SmallVec<[Cow<'a, str>; 16]>,
-    done: bool,
 }
 
 impl<'de> MapAccess<'de> for &mut Mapping<'_, '_> {
@@ -341,8 +335,8 @@ impl<'de> MapAccess<'de> for &mut Mapping<'_, '_> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, GiveUp> {
-        if self.reader.closes(|e| matches!(e, Event::MappingEnd))? {
-            self.done = true;
+        // The end itself is read by `nested`.
+        if matches!(self.reader.peek()?.0, Event::MappingEnd) {
             return Ok(None);
         }
         let (key, style) = self.reader.scalar()?;
@@ -365,7 +359,6 @@ impl<'de> MapAccess<'de> for &mut Mapping<'_, '_> {
 
 struct Sequence<'r, 'a> {
     reader: &'r mut Reader<'a>,
-    done: bool,
 }
 
 impl<'de> SeqAccess<'de> for &mut Sequence<'_, '_> {
@@ -375,8 +368,7 @@ impl<'de> SeqAccess<'de> for &mut Sequence<'_, '_> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, GiveUp> {
-        if self.reader.closes(|e| matches!(e, Event::SequenceEnd))? {
-            self.done = true;
+        if matches!(self.reader.peek()?.0, Event::SequenceEnd) {
             return Ok(None);
         }
         seed.deserialize(&mut *self.reader).map(Some)
