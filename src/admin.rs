@@ -15,12 +15,12 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::control::Control;
-use crate::dns::name::WireName;
 use crate::explain;
 use crate::health::Status;
 use crate::model::{Nested, Profile, Target};
 use crate::routing::{Ctx, status};
 use crate::snapshot::Snapshot;
+use crate::wire::name::WireName;
 
 type Shared = Arc<Control>;
 

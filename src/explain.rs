@@ -11,12 +11,13 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::Serialize;
 
-use crate::dns::name::WireName;
 use crate::dns::responder::{Transport, respond};
 use crate::health::{HealthView, Status};
 use crate::model::Want;
 use crate::routing::{self, Client, Ctx};
 use crate::snapshot::Snapshot;
+use crate::wire::Rcode;
+use crate::wire::name::WireName;
 
 /// What the server would answer, and why.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -166,18 +167,9 @@ fn query_bytes(name: &Name, qtype: RecordType, client: IpAddr) -> Vec<u8> {
 }
 
 fn rcode_name(reply: &Message) -> String {
-    let low = u16::from(reply.metadata.response_code) & 0x0f;
-    let high = reply.edns.as_ref().map_or(0, |e| u16::from(e.rcode_high()));
-    match (high << 4) | low {
-        0 => "NOERROR".into(),
-        1 => "FORMERR".into(),
-        2 => "SERVFAIL".into(),
-        3 => "NXDOMAIN".into(),
-        4 => "NOTIMP".into(),
-        5 => "REFUSED".into(),
-        16 => "BADVERS".into(),
-        n => format!("RCODE{n}"),
-    }
+    let low = u16::from(reply.metadata.response_code) as u8;
+    let high = reply.edns.as_ref().map_or(0, |e| e.rcode_high());
+    Rcode::from_parts(low, high).to_string()
 }
 
 fn ecs_scope(reply: &Message) -> Option<u8> {

@@ -22,6 +22,7 @@ pub mod routing;
 pub mod server;
 pub mod snapshot;
 pub mod watch;
+pub mod wire;
 pub mod zone;
 
 /// The hash map of everything looked up per query: keys are short names and codes from the

@@ -9,35 +9,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::dns::responder::Outcome;
 use crate::snapshot::Snapshot;
-use crate::zone::{TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_CNAME};
+use crate::wire::{Rcode, Rtype};
 
 /// Query types kept apart in `steerdns_queries_total`; the rest are `other`.
-pub const QTYPES: [&str; 5] = ["A", "AAAA", "CNAME", "ANY", "other"];
+const QTYPES: [Rtype; 4] = [Rtype::A, Rtype::AAAA, Rtype::CNAME, Rtype::ANY];
 /// RCODEs kept apart; the rest are `other`.
-pub const RCODES: [&str; 6] = ["NOERROR", "NXDOMAIN", "REFUSED", "FORMERR", "NOTIMP", "other"];
+const RCODES: [Rcode; 5] =
+    [Rcode::NOERROR, Rcode::NXDOMAIN, Rcode::REFUSED, Rcode::FORMERR, Rcode::NOTIMP];
+/// Columns per kept value, plus one for `other`.
+const QTYPE_COLUMNS: usize = QTYPES.len() + 1;
+const RCODE_COLUMNS: usize = RCODES.len() + 1;
 
-fn qtype_index(t: u16) -> usize {
-    match t {
-        TYPE_A => 0,
-        TYPE_AAAA => 1,
-        TYPE_CNAME => 2,
-        TYPE_ANY => 3,
-        _ => 4,
-    }
+fn qtype_index(t: Rtype) -> usize {
+    QTYPES.iter().position(|&k| k == t).unwrap_or(QTYPES.len())
 }
 
-fn rcode_index(r: u16) -> usize {
-    match r {
-        0 => 0,
-        3 => 1,
-        5 => 2,
-        1 => 3,
-        4 => 4,
-        _ => 5,
-    }
+fn rcode_index(r: Rcode) -> usize {
+    RCODES.iter().position(|&k| k == r).unwrap_or(RCODES.len())
 }
 
-const CELLS: usize = QTYPES.len() * RCODES.len();
+/// The label of a kept value's column, or `other`.
+fn label<T: ToString>(kept: &[T], column: usize) -> String {
+    kept.get(column).map_or_else(|| "other".to_string(), ToString::to_string)
+}
+
+const CELLS: usize = QTYPE_COLUMNS * RCODE_COLUMNS;
 
 /// The counters of one snapshot. Rows: each profile, then each zone (names in the zone
 /// that are not profiles), then one row for queries outside every zone.
@@ -83,7 +79,7 @@ impl QueryCounters {
     }
 
     fn cell(&self, o: &Outcome) -> usize {
-        self.row(o) * CELLS + qtype_index(o.qtype) * RCODES.len() + rcode_index(o.rcode)
+        self.row(o) * CELLS + qtype_index(o.qtype) * RCODE_COLUMNS + rcode_index(o.rcode)
     }
 
     fn add(&self, cell: Cell, n: u64) {
@@ -209,8 +205,8 @@ fn counter_series(s: &Snapshot) -> Vec<(Series, u64)> {
         let labels = vec![
             ("zone", zone),
             ("profile", profile),
-            ("qtype", QTYPES[rest / RCODES.len()].to_string()),
-            ("rcode", RCODES[rest % RCODES.len()].to_string()),
+            ("qtype", label(&QTYPES, rest / RCODE_COLUMNS)),
+            ("rcode", label(&RCODES, rest % RCODE_COLUMNS)),
         ];
         out.push((("steerdns_queries", labels), n));
     }
@@ -382,11 +378,11 @@ fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
 mod tests {
     use super::*;
 
-    fn outcome(profile: Option<usize>, rcode: u16, ecs: bool, endpoints: &[usize]) -> Outcome {
+    fn outcome(profile: Option<usize>, rcode: Rcode, ecs: bool, endpoints: &[usize]) -> Outcome {
         Outcome {
             zone: Some(0),
             profile,
-            qtype: TYPE_A,
+            qtype: Rtype::A,
             rcode,
             ecs,
             endpoints: endpoints.iter().copied().collect(),
@@ -405,7 +401,12 @@ mod tests {
         let outcomes: Vec<Outcome> = (0..5000usize)
             .map(|i| {
                 let p = (i * 7919) % 300;
-                outcome(Some(p).filter(|_| i % 5 != 0), [0, 3, 5][i % 3], i % 2 == 0, &[p, 299 - p])
+                outcome(
+                    Some(p).filter(|_| i % 5 != 0),
+                    [Rcode::NOERROR, Rcode::NXDOMAIN, Rcode::REFUSED][i % 3],
+                    i % 2 == 0,
+                    &[p, 299 - p],
+                )
             })
             .collect();
         let (direct, tallied) = (QueryCounters::new(300, 1, 300), QueryCounters::new(300, 1, 300));

@@ -7,8 +7,8 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use crate::dns::name::WireName;
 use crate::netrange::RangeMap;
+use crate::wire::name::WireName;
 
 /// Index of a profile in `Snapshot::profiles`.
 pub type ProfileId = usize;

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use crate::FastMap;
 use crate::config::ProfileFile;
-use crate::dns::name::{WireName, suffix_offset};
 use crate::health::HealthTable;
 use crate::location::World;
 use crate::metrics::QueryCounters;
 use crate::model::Profile;
+use crate::wire::name::{WireName, suffix_offset};
 use crate::zone::Zone;
 
 /// Where the server listens (from `listen:`).

@@ -5,24 +5,14 @@
 //! empty non-terminals answer NODATA rather than NXDOMAIN.
 
 use crate::FastMap;
-use crate::dns::name::WireName;
 use crate::model::ProfileId;
-
-pub const TYPE_A: u16 = 1;
-pub const TYPE_NS: u16 = 2;
-pub const TYPE_CNAME: u16 = 5;
-pub const TYPE_SOA: u16 = 6;
-pub const TYPE_HINFO: u16 = 13;
-pub const TYPE_AAAA: u16 = 28;
-pub const TYPE_OPT: u16 = 41;
-pub const TYPE_IXFR: u16 = 251;
-pub const TYPE_AXFR: u16 = 252;
-pub const TYPE_ANY: u16 = 255;
+use crate::wire::Rtype;
+use crate::wire::name::WireName;
 
 /// All records of one type at one name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RrSet {
-    pub rtype: u16,
+    pub rtype: Rtype,
     pub ttl: u32,
     /// Encoded RDATA of each record, names uncompressed.
     pub rdata: Vec<Box<[u8]>>,
@@ -36,7 +26,7 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn rrset(&self, rtype: u16) -> Option<&RrSet> {
+    pub fn rrset(&self, rtype: Rtype) -> Option<&RrSet> {
         self.rrsets.iter().find(|r| r.rtype == rtype)
     }
 }

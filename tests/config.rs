@@ -206,7 +206,7 @@ fn valid_config_builds_a_snapshot() {
     let zone = &snap.zones[0];
     assert!(zone.serial > 1_700_000_000, "serial is the load time");
     // `y.tm.example.test.` is an empty non-terminal above x.y.
-    let ent = steerdns::dns::name::WireName::parse("y.tm.example.test.").unwrap();
+    let ent = steerdns::wire::name::WireName::parse("y.tm.example.test.").unwrap();
     assert!(zone.node(ent.as_bytes()).is_some_and(|n| n.rrsets.is_empty() && n.profile.is_none()));
     // Reloading unchanged content keeps the serial; a change makes it grow.
     let again = config::load(&path, Some(&snap)).unwrap();

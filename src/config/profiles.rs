@@ -15,10 +15,10 @@ use super::par;
 use super::raw::{RawEndpoint, RawProfile, S};
 use super::reuse;
 use super::zones::parse_name;
-use crate::dns::name::WireName;
 use crate::location::World;
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Rules, Target};
 use crate::routing::weighted::hash_str;
+use crate::wire::name::WireName;
 use crate::zone::Zone;
 
 /// Deepest allowed chain of nested profiles.

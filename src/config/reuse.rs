@@ -15,10 +15,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::dns::name::WireName;
 use crate::location::World;
 use crate::model::{Profile, Target};
 use crate::snapshot::Snapshot;
+use crate::wire::name::WireName;
 use crate::zone::Zone;
 
 /// One profile file of a loaded snapshot: its content's identity and the ids of the

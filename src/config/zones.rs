@@ -12,8 +12,9 @@ use super::check::int_or;
 use super::error::{Pos, Sink};
 use super::raw::{RawZone, S};
 use crate::FastMap;
-use crate::dns::name::WireName;
-use crate::zone::{Node, RrSet, Soa, TYPE_NS, TYPE_SOA, Zone};
+use crate::wire::Rtype;
+use crate::wire::name::WireName;
+use crate::zone::{Node, RrSet, Soa, Zone};
 
 const MAX_TTL: i64 = 2_147_483_647;
 
@@ -32,7 +33,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone>
     let mut nodes: FastMap<WireName, Node> = FastMap::default();
     let ns_rdata = ns.iter().map(|n| Box::<[u8]>::from(n.as_bytes())).collect();
     let apex = nodes.entry(origin.clone()).or_default();
-    apex.rrsets.push(RrSet { rtype: TYPE_NS, ttl, rdata: ns_rdata });
+    apex.rrsets.push(RrSet { rtype: Rtype::NS, ttl, rdata: ns_rdata });
     for rec in &z.records {
         let text = format!("$ORIGIN {origin}\n$TTL {ttl}\n{}\n", rec.value);
         add_records(
@@ -175,7 +176,7 @@ fn add_set(
     set: &hickory_proto::rr::RecordSet,
     at: Pos,
 ) {
-    let rtype = u16::from(set.record_type());
+    let rtype = Rtype(u16::from(set.record_type()));
     let ttl = set.ttl();
     let mut rdata = Vec::new();
     for rec in set.records_without_rrsigs() {
@@ -189,15 +190,15 @@ fn add_set(
         }
     }
     let node = nodes.entry(owner.clone()).or_default();
-    let has_cname = node.rrset(crate::zone::TYPE_CNAME).is_some();
-    if (rtype == crate::zone::TYPE_CNAME && !node.rrsets.is_empty()) || has_cname {
+    let has_cname = node.rrset(Rtype::CNAME).is_some();
+    if (rtype == Rtype::CNAME && !node.rrsets.is_empty()) || has_cname {
         sink.at(at, format!("{owner}: a CNAME cannot share its name with other records"));
     }
     match node.rrsets.iter_mut().find(|r| r.rtype == rtype) {
         Some(existing) => existing.rdata.extend(rdata),
         None => node.rrsets.push(RrSet { rtype, ttl, rdata }),
     }
-    debug_assert_ne!(rtype, TYPE_SOA);
+    debug_assert_ne!(rtype, Rtype::SOA);
 }
 
 /// Adds an empty node for every name between a record's owner and the apex.

@@ -7,16 +7,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use arrayvec::ArrayVec;
 use rand::Rng;
 
-use super::request::{self, Ecs, Parsed, Request};
-use super::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
 use crate::health::HealthView;
 use crate::model::{Target, Want};
 use crate::routing::{self, Client, Ctx, Decision, MAX_ANSWERS};
 use crate::snapshot::Snapshot;
-use crate::zone::{
-    Node, TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_AXFR, TYPE_CNAME, TYPE_HINFO, TYPE_IXFR, TYPE_NS,
-    TYPE_OPT, TYPE_SOA, Zone,
-};
+use crate::wire::request::{self, Ecs, Parsed, Request};
+use crate::wire::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
+use crate::wire::{Rcode, Rtype};
+use crate::zone::{Node, Zone};
 
 /// Offset of the question name in every message.
 const QNAME_AT: usize = 12;
@@ -36,9 +34,9 @@ pub struct Outcome {
     pub zone: Option<usize>,
     /// Profile index, when the name is a profile.
     pub profile: Option<usize>,
-    pub qtype: u16,
+    pub qtype: Rtype,
     /// Full (extended) RCODE of the reply.
-    pub rcode: u16,
+    pub rcode: Rcode,
     /// The query carried an EDNS Client Subnet option.
     pub ecs: bool,
     /// Health slots of the endpoints in the answer.
@@ -64,7 +62,7 @@ pub fn respond<R: Rng + ?Sized>(
             if opt {
                 w.opt(0, false, None);
             }
-            Some(Outcome { rcode: u16::from(rcode), ..Outcome::default() })
+            Some(Outcome { rcode, ..Outcome::default() })
         }
         Parsed::Query(req) => {
             let limit = match transport {
@@ -80,9 +78,9 @@ pub fn respond<R: Rng + ?Sized>(
             if out.len() > usize::from(limit) {
                 truncate(&req, scope, out);
             }
-            outcome.rcode = u16::from(out[3] & 0x0f);
+            outcome.rcode = Rcode::from_parts(out[3], 0);
             if req.edns.is_some_and(|e| e.version > 0) {
-                outcome.rcode = request::RCODE_BADVERS;
+                outcome.rcode = Rcode::BADVERS;
             }
             Some(outcome)
         }
@@ -95,7 +93,7 @@ struct Reply<'q> {
 }
 
 impl Reply<'_> {
-    fn header(&self, rcode: u8, aa: bool) -> Header {
+    fn header(&self, rcode: Rcode, aa: bool) -> Header {
         Header { id: self.req.id, opcode: 0, aa, rd: self.req.rd, cd: self.req.cd, rcode }
     }
 
@@ -129,7 +127,7 @@ fn answer<R: Rng + ?Sized>(
     outcome: &mut Outcome,
 ) -> u8 {
     let reply = Reply { req };
-    let simple = |out: &mut Vec<u8>, rcode: u8, ext: u8| {
+    let simple = |out: &mut Vec<u8>, rcode: Rcode, ext: u8| {
         let mut w = Writer::new(out, reply.header(rcode, false), Some(req.question));
         reply.finish(&mut w, ext, 0);
         0
@@ -137,41 +135,42 @@ fn answer<R: Rng + ?Sized>(
     if let Some(e) = req.edns
         && e.version > 0
     {
-        return simple(out, 0, (request::RCODE_BADVERS >> 4) as u8);
+        return simple(out, Rcode::NOERROR, Rcode::BADVERS.extended_bits());
     }
-    if req.qclass != 1 || matches!(req.qtype, TYPE_AXFR | TYPE_IXFR) {
-        return simple(out, request::RCODE_REFUSED, 0);
+    if req.qclass != 1 || matches!(req.qtype, Rtype::AXFR | Rtype::IXFR) {
+        return simple(out, Rcode::REFUSED, 0);
     }
-    if req.qtype == TYPE_OPT {
-        return simple(out, request::RCODE_FORMERR, 0);
+    if req.qtype == Rtype::OPT {
+        return simple(out, Rcode::FORMERR, 0);
     }
     let Some((zi, zone, origin_at)) = snap.find_zone(req.qname) else {
-        return simple(out, request::RCODE_REFUSED, 0);
+        return simple(out, Rcode::REFUSED, 0);
     };
     outcome.zone = Some(zi);
     let client = client_of(req, src);
     let apex = Owner::At(QNAME_AT + origin_at);
     let Some(node) = zone.node(req.qname) else {
-        return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
+        return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
     };
     if let Some(pid) = node.profile {
         outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
-            return negative(&reply, zone, apex, request::RCODE_NXDOMAIN, out);
+            return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
         }
         let want = match req.qtype {
-            TYPE_A => Want::A,
-            TYPE_AAAA => Want::Aaaa,
-            TYPE_CNAME => Want::Cname,
-            TYPE_ANY => return rfc8482(&reply, zone, out),
-            _ => return negative(&reply, zone, apex, request::RCODE_NOERROR, out),
+            Rtype::A => Want::A,
+            Rtype::AAAA => Want::Aaaa,
+            Rtype::CNAME => Want::Cname,
+            Rtype::ANY => return rfc8482(&reply, zone, out),
+            _ => return negative(&reply, zone, apex, Rcode::NOERROR, out),
         };
         let ctx = Ctx::new(&snap.profiles, health, &snap.world);
         let q = routing::Query { want, client: &client };
         return match routing::route(ctx, pid, q, rng) {
             Decision::Answer { endpoints, scope } => {
-                let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
+                let mut w =
+                    Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
                 for ep in &endpoints {
                     endpoint_record(&mut w, &ep.target, profile.ttl);
                     outcome.endpoints.push(ep.health_slot);
@@ -180,8 +179,15 @@ fn answer<R: Rng + ?Sized>(
                 scope
             }
             Decision::NoData { scope } => {
-                let mut w = Writer::new(out, reply.header(0, true), Some(req.question));
-                w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
+                let mut w =
+                    Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
+                w.record(
+                    Section::Authority,
+                    apex,
+                    Rtype::SOA,
+                    zone.negative_ttl(),
+                    &zone.soa_rdata,
+                );
                 reply.finish(&mut w, 0, scope);
                 scope
             }
@@ -202,25 +208,31 @@ fn client_of(req: &Request<'_>, src: IpAddr) -> Client {
 fn endpoint_record(w: &mut Writer<'_>, target: &Target, ttl: u32) {
     let owner = Owner::At(QNAME_AT);
     match target {
-        Target::V4(a) => w.record(Section::Answer, owner, TYPE_A, ttl, &a.octets()),
-        Target::V6(a) => w.record(Section::Answer, owner, TYPE_AAAA, ttl, &a.octets()),
-        Target::Host(n) => w.record(Section::Answer, owner, TYPE_CNAME, ttl, n.as_bytes()),
+        Target::V4(a) => w.record(Section::Answer, owner, Rtype::A, ttl, &a.octets()),
+        Target::V6(a) => w.record(Section::Answer, owner, Rtype::AAAA, ttl, &a.octets()),
+        Target::Host(n) => w.record(Section::Answer, owner, Rtype::CNAME, ttl, n.as_bytes()),
         Target::Nested(_) => unreachable!("routing resolves nested endpoints"),
     }
 }
 
 /// NXDOMAIN or NODATA: SOA in authority with the negative TTL.
-fn negative(reply: &Reply<'_>, zone: &Zone, apex: Owner<'_>, rcode: u8, out: &mut Vec<u8>) -> u8 {
+fn negative(
+    reply: &Reply<'_>,
+    zone: &Zone,
+    apex: Owner<'_>,
+    rcode: Rcode,
+    out: &mut Vec<u8>,
+) -> u8 {
     let mut w = Writer::new(out, reply.header(rcode, true), Some(reply.req.question));
-    w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
+    w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
     reply.finish(&mut w, 0, 0);
     0
 }
 
 /// RFC 8482: answer ANY with one synthesized HINFO record instead of everything.
 fn rfc8482(reply: &Reply<'_>, zone: &Zone, out: &mut Vec<u8>) -> u8 {
-    let mut w = Writer::new(out, reply.header(0, true), Some(reply.req.question));
-    w.record(Section::Answer, Owner::At(QNAME_AT), TYPE_HINFO, zone.ttl, b"\x07RFC8482\x00");
+    let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(reply.req.question));
+    w.record(Section::Answer, Owner::At(QNAME_AT), Rtype::HINFO, zone.ttl, b"\x07RFC8482\x00");
     reply.finish(&mut w, 0, 0);
     0
 }
@@ -234,25 +246,25 @@ fn static_answer(
     out: &mut Vec<u8>,
 ) -> u8 {
     let qtype = reply.req.qtype;
-    if qtype == TYPE_ANY {
+    if qtype == Rtype::ANY {
         return rfc8482(reply, zone, out);
     }
-    let mut w = Writer::new(out, reply.header(0, true), Some(reply.req.question));
+    let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(reply.req.question));
     let owner = Owner::At(QNAME_AT);
-    if is_apex && qtype == TYPE_SOA {
-        w.record(Section::Answer, owner, TYPE_SOA, zone.ttl, &zone.soa_rdata);
-    } else if let Some(set) = node.rrset(qtype).or_else(|| node.rrset(TYPE_CNAME)) {
+    if is_apex && qtype == Rtype::SOA {
+        w.record(Section::Answer, owner, Rtype::SOA, zone.ttl, &zone.soa_rdata);
+    } else if let Some(set) = node.rrset(qtype).or_else(|| node.rrset(Rtype::CNAME)) {
         for rd in &set.rdata {
             w.record(Section::Answer, owner, set.rtype, set.ttl, rd);
         }
-        if set.rtype == TYPE_NS {
+        if set.rtype == Rtype::NS {
             glue(&mut w, zone, &set.rdata);
         }
-        if set.rtype == TYPE_CNAME && qtype != TYPE_CNAME {
+        if set.rtype == Rtype::CNAME && qtype != Rtype::CNAME {
             chase(&mut w, zone, &set.rdata[0], qtype);
         }
     } else {
-        w.record(Section::Authority, apex, TYPE_SOA, zone.negative_ttl(), &zone.soa_rdata);
+        w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
     }
     reply.finish(&mut w, 0, 0);
     0
@@ -261,15 +273,15 @@ fn static_answer(
 /// Follows a CNAME chain through the zone's static records (RFC 1034 §4.3.2), adding the
 /// records of each in-zone target. A target that is a profile, outside the zone or absent
 /// ends the chain: the resolver follows it. Bounded, so a loop cannot stall the answer.
-fn chase(w: &mut Writer<'_>, zone: &Zone, first: &[u8], qtype: u16) {
+fn chase(w: &mut Writer<'_>, zone: &Zone, first: &[u8], qtype: Rtype) {
     let mut target = first;
     for _ in 0..8 {
         let Some(node) = zone.node(target).filter(|n| n.profile.is_none()) else { return };
-        let Some(set) = node.rrset(qtype).or_else(|| node.rrset(TYPE_CNAME)) else { return };
+        let Some(set) = node.rrset(qtype).or_else(|| node.rrset(Rtype::CNAME)) else { return };
         for rd in &set.rdata {
             w.record(Section::Answer, Owner::Wire(target), set.rtype, set.ttl, rd);
         }
-        if set.rtype != TYPE_CNAME {
+        if set.rtype != Rtype::CNAME {
             return;
         }
         target = &set.rdata[0];
@@ -280,7 +292,7 @@ fn chase(w: &mut Writer<'_>, zone: &Zone, first: &[u8], qtype: u16) {
 fn glue(w: &mut Writer<'_>, zone: &Zone, ns_names: &[Box<[u8]>]) {
     for ns in ns_names {
         let Some(node) = zone.node(ns) else { continue };
-        for rtype in [TYPE_A, TYPE_AAAA] {
+        for rtype in [Rtype::A, Rtype::AAAA] {
             if let Some(set) = node.rrset(rtype) {
                 for rd in &set.rdata {
                     w.record(Section::Additional, Owner::Wire(ns), rtype, set.ttl, rd);
@@ -293,7 +305,7 @@ fn glue(w: &mut Writer<'_>, zone: &Zone, ns_names: &[Box<[u8]>]) {
 /// Rewrites an oversized UDP answer as header + question (+ OPT) with TC set.
 fn truncate(req: &Request<'_>, scope: u8, out: &mut Vec<u8>) {
     let reply = Reply { req };
-    let rcode = out[3] & 0x0f;
+    let rcode = Rcode::from_parts(out[3], 0);
     let aa = out[2] & 0x04 != 0;
     let mut w = Writer::new(out, reply.header(rcode, aa), Some(req.question));
     w.set_truncated();

@@ -235,7 +235,7 @@ fn host_header(key: &ProbeKey) -> String {
 }
 
 /// A host name as written in URLs and Host headers: without the root's trailing dot.
-fn host_text(name: &crate::dns::name::WireName) -> String {
+fn host_text(name: &crate::wire::name::WireName) -> String {
     let text = name.to_string();
     text.strip_suffix('.').map(str::to_string).unwrap_or(text)
 }

@@ -13,9 +13,9 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::dns::name::WireName;
 use crate::model::{Endpoint, Monitor, Profile, Target};
 use crate::snapshot::Snapshot;
+use crate::wire::name::WireName;
 
 /// What a probe connects to: an address, or a host name resolved on every run.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -3,9 +3,9 @@
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::dns::name::WireName;
 use crate::health::{HealthTable, Status};
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Target};
+use crate::wire::name::WireName;
 
 use super::Ctx;
 use crate::location::World;

@@ -4,7 +4,7 @@
 //! names inside it are written as compression pointers; record data comes pre-encoded
 //! from the zone. Nothing here allocates once the buffer has grown to its working size.
 
-use crate::zone::TYPE_OPT;
+use super::types::{Rcode, Rtype};
 
 /// Payload size we advertise and the largest UDP response we send (DNS flag day 2020).
 pub const EDNS_PAYLOAD: u16 = 1232;
@@ -42,7 +42,7 @@ pub struct Header {
     pub aa: bool,
     pub rd: bool,
     pub cd: bool,
-    pub rcode: u8,
+    pub rcode: Rcode,
 }
 
 impl<'b> Writer<'b> {
@@ -50,7 +50,7 @@ impl<'b> Writer<'b> {
         buf.clear();
         buf.extend_from_slice(&h.id.to_be_bytes());
         let b2 = 0x80 | (h.opcode << 3) | (u8::from(h.aa) << 2) | u8::from(h.rd);
-        let b3 = (u8::from(h.cd) << 4) | (h.rcode & 0x0f);
+        let b3 = (u8::from(h.cd) << 4) | h.rcode.header_bits();
         buf.extend_from_slice(&[b2, b3, 0, u8::from(question.is_some()), 0, 0, 0, 0, 0, 0]);
         if let Some(q) = question {
             buf.extend_from_slice(q);
@@ -62,7 +62,7 @@ impl<'b> Writer<'b> {
         &mut self,
         section: Section,
         owner: Owner<'_>,
-        rtype: u16,
+        rtype: Rtype,
         ttl: u32,
         rdata: &[u8],
     ) {
@@ -94,7 +94,7 @@ impl<'b> Writer<'b> {
     /// prefix, address bytes).
     pub fn opt(&mut self, ext_rcode: u8, dnssec_ok: bool, ecs: Option<(u16, u8, u8, &[u8])>) {
         self.buf.push(0);
-        self.buf.extend_from_slice(&TYPE_OPT.to_be_bytes());
+        self.buf.extend_from_slice(&Rtype::OPT.to_be_bytes());
         self.buf.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
         self.buf.extend_from_slice(&[ext_rcode, 0, u8::from(dnssec_ok) << 7, 0]);
         match ecs {
@@ -103,7 +103,7 @@ impl<'b> Writer<'b> {
                 let bytes = &addr[..usize::from(source).div_ceil(8)];
                 let len = 4 + bytes.len() as u16;
                 self.buf.extend_from_slice(&(len + 4).to_be_bytes());
-                self.buf.extend_from_slice(&crate::dns::request::EDNS_CLIENT_SUBNET.to_be_bytes());
+                self.buf.extend_from_slice(&crate::wire::request::EDNS_CLIENT_SUBNET.to_be_bytes());
                 self.buf.extend_from_slice(&len.to_be_bytes());
                 self.buf.extend_from_slice(&family.to_be_bytes());
                 self.buf.extend_from_slice(&[source, scope]);

@@ -9,16 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use arrayvec::ArrayVec;
 
-use crate::zone::TYPE_OPT;
-
-pub const RCODE_NOERROR: u8 = 0;
-pub const RCODE_FORMERR: u8 = 1;
-pub const RCODE_SERVFAIL: u8 = 2;
-pub const RCODE_NXDOMAIN: u8 = 3;
-pub const RCODE_NOTIMP: u8 = 4;
-pub const RCODE_REFUSED: u8 = 5;
-/// Extended RCODE 16 (RFC 6891): upper 8 bits go in the OPT record.
-pub const RCODE_BADVERS: u16 = 16;
+use super::types::{Rcode, Rtype};
 
 pub const EDNS_CLIENT_SUBNET: u16 = 8;
 
@@ -49,7 +40,7 @@ pub struct Request<'a> {
     pub question: &'a [u8],
     /// QNAME lower-cased, wire format (in the caller's `NameBuf`).
     pub qname: &'a [u8],
-    pub qtype: u16,
+    pub qtype: Rtype,
     pub qclass: u16,
     pub edns: Option<Edns>,
 }
@@ -68,7 +59,7 @@ pub enum Parsed<'a> {
         id: u16,
         opcode: u8,
         rd: bool,
-        rcode: u8,
+        rcode: Rcode,
         question: Option<&'a [u8]>,
         /// The query carried an OPT record, so the reply gets one.
         opt: bool,
@@ -90,24 +81,24 @@ pub fn parse<'a>(p: &'a [u8], name: &'a mut NameBuf) -> Parsed<'a> {
     let (qd, an, ns, ar) = (count(4), count(6), count(8), count(10));
     let error = |rcode, question, opt| Parsed::Error { id, opcode, rd, rcode, question, opt };
     if qd != 1 {
-        let rcode = if opcode == 0 { RCODE_FORMERR } else { RCODE_NOTIMP };
+        let rcode = if opcode == 0 { Rcode::FORMERR } else { Rcode::NOTIMP };
         return error(rcode, None, false);
     }
     let Ok(qend) = read_qname(p, 12, name) else {
-        return error(RCODE_FORMERR, None, false);
+        return error(Rcode::FORMERR, None, false);
     };
     if p.len() < qend + 4 {
-        return error(RCODE_FORMERR, None, false);
+        return error(Rcode::FORMERR, None, false);
     }
     let question = &p[12..qend + 4];
     if opcode != 0 {
-        return error(RCODE_NOTIMP, Some(question), false);
+        return error(Rcode::NOTIMP, Some(question), false);
     }
-    let qtype = u16::from_be_bytes([p[qend], p[qend + 1]]);
+    let qtype = Rtype(u16::from_be_bytes([p[qend], p[qend + 1]]));
     let qclass = u16::from_be_bytes([p[qend + 2], p[qend + 3]]);
     let edns = match read_sections(p, qend + 4, an, ns, ar) {
         Ok(edns) => edns,
-        Err((Bad, opt)) => return error(RCODE_FORMERR, Some(question), opt),
+        Err((Bad, opt)) => return error(Rcode::FORMERR, Some(question), opt),
     };
     let cd = p[3] & 0x10 != 0;
     Parsed::Query(Request { id, rd, cd, question, qname: name, qtype, qclass, edns })
@@ -165,11 +156,11 @@ fn read_sections(
         let start = pos;
         pos = skip_name(p, pos).map_err(|b| (b, opt_seen))?;
         let fixed = p.get(pos..pos + 10).ok_or((Bad, opt_seen))?;
-        let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
+        let rtype = Rtype(u16::from_be_bytes([fixed[0], fixed[1]]));
         let rdlen = u16::from_be_bytes([fixed[8], fixed[9]]) as usize;
         let rdata = p.get(pos + 10..pos + 10 + rdlen).ok_or((Bad, opt_seen))?;
         pos += 10 + rdlen;
-        if rtype != TYPE_OPT {
+        if rtype != Rtype::OPT {
             continue;
         }
         let in_additional = i >= u32::from(an) + u32::from(ns);
@@ -268,7 +259,7 @@ mod tests {
 
     const WWW: &[u8] = b"\x03WwW\x07example\x04test\x00";
 
-    fn rcode(p: &Parsed<'_>) -> Option<u8> {
+    fn rcode(p: &Parsed<'_>) -> Option<Rcode> {
         match p {
             Parsed::Error { rcode, .. } => Some(*rcode),
             _ => None,
@@ -282,7 +273,7 @@ mod tests {
         let Parsed::Query(r) = parse(&q, &mut name) else { panic!() };
         assert_eq!(r.qname, b"\x03www\x07example\x04test\x00");
         assert_eq!(&r.question[..4], b"\x03WwW");
-        assert_eq!((r.id, r.qtype, r.qclass, r.rd), (0x1234, 1, 1, true));
+        assert_eq!((r.id, r.qtype, r.qclass, r.rd), (0x1234, Rtype::A, 1, true));
         assert!(r.edns.is_none());
     }
 
@@ -308,7 +299,7 @@ mod tests {
                 Parsed::Query(r) => assert!(ok, "case {i} accepted: {:?}", r.edns),
                 Parsed::Error { rcode, opt, .. } => {
                     assert!(!ok, "case {i} rejected");
-                    assert_eq!((rcode, opt), (RCODE_FORMERR, true));
+                    assert_eq!((rcode, opt), (Rcode::FORMERR, true));
                 }
                 Parsed::Drop => panic!("case {i} dropped"),
             }
@@ -321,14 +312,14 @@ mod tests {
         long_label.extend([b'a'; 64]);
         long_label.push(0);
         let two_opts = [opt_with(&[]), opt_with(&[])].concat();
-        let cases: Vec<(Vec<u8>, Option<u8>)> = vec![
+        let cases: Vec<(Vec<u8>, Option<Rcode>)> = vec![
             (vec![0; 11], None),
-            (query(WWW, &[], 0)[..20].to_vec(), Some(RCODE_FORMERR)),
-            (query(b"\xc0\x0c", &[], 0), Some(RCODE_FORMERR)),
-            (query(&long_label, &[], 0), Some(RCODE_FORMERR)),
-            (query(WWW, &two_opts, 2), Some(RCODE_FORMERR)),
-            (query(WWW, &opt_with(&[0, 8, 0, 9]), 1), Some(RCODE_FORMERR)),
-            (query(WWW, &[], 1), Some(RCODE_FORMERR)),
+            (query(WWW, &[], 0)[..20].to_vec(), Some(Rcode::FORMERR)),
+            (query(b"\xc0\x0c", &[], 0), Some(Rcode::FORMERR)),
+            (query(&long_label, &[], 0), Some(Rcode::FORMERR)),
+            (query(WWW, &two_opts, 2), Some(Rcode::FORMERR)),
+            (query(WWW, &opt_with(&[0, 8, 0, 9]), 1), Some(Rcode::FORMERR)),
+            (query(WWW, &[], 1), Some(Rcode::FORMERR)),
         ];
         for (i, (pkt, want)) in cases.iter().enumerate() {
             let mut name = NameBuf::new();
@@ -340,7 +331,7 @@ mod tests {
         assert!(matches!(parse(&response, &mut NameBuf::new()), Parsed::Drop));
         let mut notify = query(WWW, &[], 0);
         notify[2] = 4 << 3;
-        assert_eq!(rcode(&parse(&notify, &mut NameBuf::new())), Some(RCODE_NOTIMP));
+        assert_eq!(rcode(&parse(&notify, &mut NameBuf::new())), Some(Rcode::NOTIMP));
     }
 
     #[test]
