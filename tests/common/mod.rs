@@ -7,7 +7,7 @@
 //! small raw walker (`Wire`) for the things a decoder would normalise away (name case, OPT
 //! bytes, extended RCODE, exact ECS bytes).
 
-#![allow(dead_code, unused_macros)]
+#![allow(dead_code)]
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
@@ -1259,15 +1259,6 @@ pub async fn scrape(addr: SocketAddr, token: Option<&str>) -> Prom {
     assert_eq!(r.status, 200, "GET /metrics: {r:?}");
     let text = r.text();
     Prom::parse(&text).unwrap_or_else(|e| panic!("/metrics does not parse: {e}\n{text}"))
-}
-
-/// An async test on a two-worker runtime, as every server test needs.
-macro_rules! server_test {
-    ($(#[$m:meta])* async fn $name:ident() $body:block) => {
-        $(#[$m])*
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() $body
-    };
 }
 
 pub fn ip(s: &str) -> std::net::IpAddr {
