@@ -1,6 +1,6 @@
-//! The admin HTTP API (issue 5, contract §9) over real HTTP/1.1 on loopback: `/healthz`,
-//! the bearer token, `/metrics` parsed as Prometheus text, `/api/v1/profiles`,
-//! `/api/v1/explain` (one case per routing method family), reload, errors.
+//! The admin HTTP API over real HTTP/1.1 on loopback: `/healthz`, the bearer token,
+//! `/metrics` parsed as Prometheus text, `/api/v1/profiles`, `/api/v1/explain` (one case
+//! per routing method family), reload, errors.
 
 mod common;
 
@@ -345,7 +345,8 @@ async fn profile_detail_by_relative_and_absolute_name() {
             ("primary-v6", "2001:db8::10", "unmonitored"),
         ]
     );
-    // Contract §9: last probe result and time, last change (null before any probe).
+    // Each endpoint shows its last probe result and time and its last change (null
+    // before any probe).
     for e in eps {
         for k in ["last_probe", "last_change"] {
             assert!(e.get(k).is_some(), "endpoint without {k}: {e}");

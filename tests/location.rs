@@ -1,6 +1,6 @@
-//! Location-aware routing on the wire (contract §4–§6, issue 3): geographic, subnet,
-//! performance, groups (traffic dial) and same-zone-first, each over real UDP with EDNS
-//! Client Subnet (the ECS address is the client), and the ECS scope of every decision.
+//! Location-aware routing on the wire: geographic, subnet, performance, groups (traffic
+//! dial) and same-zone-first, each over real UDP with EDNS Client Subnet (the ECS address
+//! is the client), and the ECS scope of every decision.
 //!
 //! The geo database is compiled at test start by `steerdns::geo::build` from
 //! `tests/fixtures/location/city.csv`; the latency table and the profiles are fixtures under

@@ -1,8 +1,8 @@
-//! Hot reload (issue 5, contract §8): file edits, additions and removals seen on the wire
-//! within 2 s; invalid configurations (YAML syntax, semantics) keep the old answers and are
-//! reported with FILE:LINE:COL; SIGHUP on the real binary; `POST /api/v1/reload`; a query
-//! stream from four threads during 30 rapid reloads with zero lost or wrong answers; zone
-//! serials; listen address changes.
+//! Hot reload: file edits, additions and removals seen on the wire within 2 s; invalid
+//! configurations (YAML syntax, semantics) keep the old answers and are reported with
+//! FILE:LINE:COL; SIGHUP on the real binary; `POST /api/v1/reload`; a query stream from
+//! four threads during 30 rapid reloads with zero lost or wrong answers; zone serials;
+//! listen address changes.
 //!
 //! Measurements (time for a change to show up, retries, reload times) are printed with a
 //! `MEASURE` prefix: run with `--nocapture` to see them.
@@ -396,7 +396,7 @@ async fn zone_file_error_names_the_zone_file_and_line() {
     let want = format!("{}:4:", zone_path.display());
     assert!(
         errors.iter().any(|e| e.starts_with(&want)),
-        "contract §8: every error with FILE:LINE:COL; want an error at {want}, got {errors:#?}"
+        "every error is reported with FILE:LINE:COL; want an error at {want}, got {errors:#?}"
     );
     h.stop().await;
 }

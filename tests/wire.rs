@@ -1,5 +1,5 @@
-//! Answers on the wire (contract §4) and routing as seen on the wire (contract §5): each test
-//! starts a real server on 127.0.0.1 and checks real UDP/TCP responses.
+//! Answers on the wire and routing as seen on the wire: each test starts a real server on
+//! 127.0.0.1 and checks real UDP/TCP responses.
 
 mod common;
 
