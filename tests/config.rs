@@ -1,5 +1,5 @@
-//! Configuration validation: one case per error the contract lists, each checked for its
-//! FILE:LINE:COL, plus `steerdns check` on a valid and an invalid configuration, and
+//! Configuration validation: one case per kind of configuration error, each checked for
+//! its FILE:LINE:COL, plus `steerdns check` on a valid and an invalid configuration, and
 //! reloads that take over unchanged files (same result, same errors as a fresh load).
 
 use std::path::{Path, PathBuf};

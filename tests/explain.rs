@@ -341,7 +341,7 @@ async fn explain_answers_what_the_server_answers() {
 
 #[test]
 fn explain_location_methods_trace_the_client_location() {
-    // Issue 3: the trace shows the client's location (network, continent, country,
+    // The trace shows the client's location (network, continent, country,
     // subdivision, zone) and the latencies, for every method that depends on it.
     let dir = tempfile::tempdir().unwrap();
     write_location_config(dir.path(), &location_profiles());

@@ -1,6 +1,6 @@
-//! Location-aware routing on the wire (contract §4–§6, issue 3): geographic, subnet,
-//! performance, groups (traffic dial) and same-zone-first, each over real UDP with EDNS
-//! Client Subnet (the ECS address is the client), and the ECS scope of every decision.
+//! Location-aware routing on the wire: geographic, subnet, performance, groups (traffic
+//! dial) and same-zone-first, each over real UDP with EDNS Client Subnet (the ECS address
+//! is the client), and the ECS scope of every decision.
 //!
 //! The geo database is compiled at test start by `steerdns::geo::build` from
 //! `tests/fixtures/location/city.csv`; the latency table and the profiles are fixtures under
@@ -9,7 +9,6 @@
 //!
 //! The validation errors of these methods are checked at the end, with FILE:LINE:COL.
 
-#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -147,152 +146,146 @@ const GEO: &[(&str, &str)] = &[
 const GEO_NW: &[(&str, &str)] =
     &[("eu", "192.0.2.11"), ("usca", "192.0.2.12"), ("world", "192.0.2.13")];
 
-server_test! {
-    async fn geographic_most_specific_code_wins() {
-        let h = Harness::location(&[]).await;
-        // Subdivision → country → grouping → WORLD.
-        // (client, ECS source, endpoint, scope range)
-        let cases: &[(&str, u8, &str, (u8, u8))] = &[
-            (SF, 32, "usca", (25, 25)),            // US-CA
-            (NYC, 32, "na", (24, 24)),             // US-NY is not mapped: country US
-            (PARIS, 32, "fr", (25, 25)),           // FR beats GEO-EU
-            (FRANKFURT, 32, "eu", (24, 24)),       // DE is on a disabled endpoint: GEO-EU
-            // Beijing and Shanghai are sibling /25s of two places with one answer: the /24.
-            (BEIJING, 32, "asia", (24, 24)),       // GEO-AS
-            (SHANGHAI, 32, "asia", (24, 24)),
-            (TOKYO, 32, "asia", (22, 22)),
-            // GEO-AP is not mapped: WORLD, as for every address of 200.0.0.0/5, the block
-            // the answer holds for (gdnsd compiles its maps the same way).
-            (SYDNEY, 32, "world", (5, 5)),
-            (SAO_PAULO, 32, "world", (22, 22)),
-            (NOWHERE, 32, "world", (0, 32)),       // no location: only WORLD matches
-            ("192.0.2.0", 24, "fr", (24, 24)),     // the /25 network, capped at the source /24
-            ("192.0.2.128", 25, "usca", (25, 25)),
-            // Frankfurt and Berlin /24s are siblings, both DE: the answer holds for the /23.
-            ("100.64.41.77", 32, "eu", (23, 23)),
-            ("100.64.40.0", 24, "eu", (23, 23)),
-            ("100.64.40.0", 22, "eu", (22, 22)),
-        ];
-        let mut failures = Vec::new();
-        for (i, (client, source, want, (lo, hi))) in cases.iter().enumerate() {
-            let (got, scope) = pick(&h, GEO, "geo", client, *source).await;
-            if got != *want || scope < *lo || scope > *hi {
-                failures.push(format!(
-                    "case {i} {client}/{source}: got {got} scope /{scope}, \
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geographic_most_specific_code_wins() {
+    let h = Harness::location(&[]).await;
+    // Subdivision → country → grouping → WORLD.
+    // (client, ECS source, endpoint, scope range)
+    let cases: &[(&str, u8, &str, (u8, u8))] = &[
+        (SF, 32, "usca", (25, 25)),      // US-CA
+        (NYC, 32, "na", (24, 24)),       // US-NY is not mapped: country US
+        (PARIS, 32, "fr", (25, 25)),     // FR beats GEO-EU
+        (FRANKFURT, 32, "eu", (24, 24)), // DE is on a disabled endpoint: GEO-EU
+        // Beijing and Shanghai are sibling /25s of two places with one answer: the /24.
+        (BEIJING, 32, "asia", (24, 24)), // GEO-AS
+        (SHANGHAI, 32, "asia", (24, 24)),
+        (TOKYO, 32, "asia", (22, 22)),
+        // GEO-AP is not mapped: WORLD, as for every address of 200.0.0.0/5, the block
+        // the answer holds for (gdnsd compiles its maps the same way).
+        (SYDNEY, 32, "world", (5, 5)),
+        (SAO_PAULO, 32, "world", (22, 22)),
+        (NOWHERE, 32, "world", (0, 32)), // no location: only WORLD matches
+        ("192.0.2.0", 24, "fr", (24, 24)), // the /25 network, capped at the source /24
+        ("192.0.2.128", 25, "usca", (25, 25)),
+        // Frankfurt and Berlin /24s are siblings, both DE: the answer holds for the /23.
+        ("100.64.41.77", 32, "eu", (23, 23)),
+        ("100.64.40.0", 24, "eu", (23, 23)),
+        ("100.64.40.0", 22, "eu", (22, 22)),
+    ];
+    let mut failures = Vec::new();
+    for (i, (client, source, want, (lo, hi))) in cases.iter().enumerate() {
+        let (got, scope) = pick(&h, GEO, "geo", client, *source).await;
+        if got != *want || scope < *lo || scope > *hi {
+            failures.push(format!(
+                "case {i} {client}/{source}: got {got} scope /{scope}, \
                      want {want} scope /{lo}..=/{hi}"
-                ));
-            }
+            ));
         }
-        assert!(failures.is_empty(), "{failures:#?}");
-        h.stop().await;
     }
+    assert!(failures.is_empty(), "{failures:#?}");
+    h.stop().await;
 }
 
-server_test! {
-    async fn geographic_ipv6_clients_use_the_ecs_prefix() {
-        let h = Harness::location(&[]).await;
-        // London, GB-ENG, is 2001:db8:1::/48; Sydney over IPv6 is 2001:db8:2::/48.
-        let cases: &[(&str, u8, &str, u8)] = &[
-            ("2001:db8:1::", 48, "eng", 48),
-            ("2001:db8:1:ff00::", 56, "eng", 48),
-            ("2001:db8:1:abcd::", 64, "eng", 48),
-            // The next /48 has no data: WORLD answers it too, so the block is the /47.
-            ("2001:db8:2::", 48, "world", 47),
-        ];
-        for (client, source, want, scope) in cases {
-            assert_eq!(
-                pick(&h, GEO, "geo", client, *source).await,
-                (*want, *scope),
-                "{client}/{source}"
-            );
-        }
-        // A /32 source on the London /48: the decision used 48 bits, but only 32 were sent.
-        let (got, scope) = pick(&h, GEO, "geo", "2001:db8::", 32).await;
-        assert!(scope <= 32, "scope /{scope} exceeds the source /32 ({got})");
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geographic_ipv6_clients_use_the_ecs_prefix() {
+    let h = Harness::location(&[]).await;
+    // London, GB-ENG, is 2001:db8:1::/48; Sydney over IPv6 is 2001:db8:2::/48.
+    let cases: &[(&str, u8, &str, u8)] = &[
+        ("2001:db8:1::", 48, "eng", 48),
+        ("2001:db8:1:ff00::", 56, "eng", 48),
+        ("2001:db8:1:abcd::", 64, "eng", 48),
+        // The next /48 has no data: WORLD answers it too, so the block is the /47.
+        ("2001:db8:2::", 48, "world", 47),
+    ];
+    for (client, source, want, scope) in cases {
+        assert_eq!(
+            pick(&h, GEO, "geo", client, *source).await,
+            (*want, *scope),
+            "{client}/{source}"
+        );
     }
+    // A /32 source on the London /48: the decision used 48 bits, but only 32 were sent.
+    let (got, scope) = pick(&h, GEO, "geo", "2001:db8::", 32).await;
+    assert!(scope <= 32, "scope /{scope} exceeds the source /32 ({got})");
+    h.stop().await;
 }
 
-server_test! {
-    async fn geographic_scope_never_exceeds_the_source_prefix() {
-        let h = Harness::location(&[]).await;
-        // FR is a /25 in the database: /32, /25, /24 and /16 sources.
-        for (client, source, max) in [
-            (PARIS, 32u8, 25u8),
-            ("192.0.2.0", 25, 25),
-            ("192.0.2.0", 24, 24),
-            ("192.0.0.0", 16, 16),
-            ("198.51.0.0", 16, 16),
-            (SF, 32, 25),
-        ] {
-            let r = h.udp(&query("geo", client, source)).await;
-            let scope = scope_of(&r, client, source);
-            assert!(scope <= max, "{client}/{source}: scope /{scope} > /{max}: {r:#?}");
-            assert!(scope <= source, "{client}/{source}: scope /{scope} > source");
-        }
-        // Exact values where the database network is smaller than the source.
-        assert_eq!(pick(&h, GEO, "geo", PARIS, 32).await, ("fr", 25));
-        assert_eq!(pick(&h, GEO, "geo", "192.0.2.0", 24).await, ("fr", 24));
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geographic_scope_never_exceeds_the_source_prefix() {
+    let h = Harness::location(&[]).await;
+    // FR is a /25 in the database: /32, /25, /24 and /16 sources.
+    for (client, source, max) in [
+        (PARIS, 32u8, 25u8),
+        ("192.0.2.0", 25, 25),
+        ("192.0.2.0", 24, 24),
+        ("192.0.0.0", 16, 16),
+        ("198.51.0.0", 16, 16),
+        (SF, 32, 25),
+    ] {
+        let r = h.udp(&query("geo", client, source)).await;
+        let scope = scope_of(&r, client, source);
+        assert!(scope <= max, "{client}/{source}: scope /{scope} > /{max}: {r:#?}");
+        assert!(scope <= source, "{client}/{source}: scope /{scope} > source");
     }
+    // Exact values where the database network is smaller than the source.
+    assert_eq!(pick(&h, GEO, "geo", PARIS, 32).await, ("fr", 25));
+    assert_eq!(pick(&h, GEO, "geo", "192.0.2.0", 24).await, ("fr", 24));
+    h.stop().await;
 }
 
-server_test! {
-    async fn geographic_no_match_is_nodata() {
-        let h = Harness::location(&[]).await;
-        // geo-nw: eu → GEO-EU, usca → US-CA, and WORLD only on a disabled endpoint.
-        assert_eq!(pick(&h, GEO_NW, "geo-nw", PARIS, 32).await.0, "eu");
-        assert_eq!(pick(&h, GEO_NW, "geo-nw", FRANKFURT, 32).await.0, "eu");
-        assert_eq!(pick(&h, GEO_NW, "geo-nw", SF, 32).await.0, "usca");
-        assert_eq!(pick(&h, GEO_NW, "geo-nw", "2001:db8:1::", 48).await.0, "eu");
-        for client in [NYC, SYDNEY, BEIJING, SAO_PAULO, NOWHERE] {
-            let scope = nodata(&h, "geo-nw", client, 32).await;
-            assert!(scope <= 32, "{client}: scope /{scope}");
-        }
-        // The scope of a NODATA is the widest block around the client where no code
-        // matches either: 200.0.0.0/5 around Sydney, the /47 around its IPv6 /48.
-        assert_eq!(nodata(&h, "geo-nw", SYDNEY, 32).await, 5);
-        assert_eq!(nodata(&h, "geo-nw", "2001:db8:2::", 48).await, 47);
-        // Without ECS the source address (127.0.0.1, in no network) is the client: NODATA.
-        let r = h.udp(&Q::new(&fq("geo-nw"), T_A)).await;
-        r.assert_negative(NOERROR);
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geographic_no_match_is_nodata() {
+    let h = Harness::location(&[]).await;
+    // geo-nw: eu → GEO-EU, usca → US-CA, and WORLD only on a disabled endpoint.
+    assert_eq!(pick(&h, GEO_NW, "geo-nw", PARIS, 32).await.0, "eu");
+    assert_eq!(pick(&h, GEO_NW, "geo-nw", FRANKFURT, 32).await.0, "eu");
+    assert_eq!(pick(&h, GEO_NW, "geo-nw", SF, 32).await.0, "usca");
+    assert_eq!(pick(&h, GEO_NW, "geo-nw", "2001:db8:1::", 48).await.0, "eu");
+    for client in [NYC, SYDNEY, BEIJING, SAO_PAULO, NOWHERE] {
+        let scope = nodata(&h, "geo-nw", client, 32).await;
+        assert!(scope <= 32, "{client}: scope /{scope}");
     }
+    // The scope of a NODATA is the widest block around the client where no code
+    // matches either: 200.0.0.0/5 around Sydney, the /47 around its IPv6 /48.
+    assert_eq!(nodata(&h, "geo-nw", SYDNEY, 32).await, 5);
+    assert_eq!(nodata(&h, "geo-nw", "2001:db8:2::", 48).await, 47);
+    // Without ECS the source address (127.0.0.1, in no network) is the client: NODATA.
+    let r = h.udp(&Q::new(&fq("geo-nw"), T_A)).await;
+    r.assert_negative(NOERROR);
+    h.stop().await;
 }
 
-server_test! {
-    async fn geographic_disabled_endpoint_takes_no_part() {
-        let h = Harness::location(&[]).await;
-        // `de` (DE) is disabled: German clients fall through to GEO-EU and `de` never answers.
-        let got = seen(&h, GEO, "geo", FRANKFURT, 32, 20).await;
-        assert_eq!(got, set(&["eu"]));
-        // geo-nw's WORLD endpoint is disabled: NODATA rather than the disabled endpoint.
-        for _ in 0..20 {
-            nodata(&h, "geo-nw", SYDNEY, 32).await;
-        }
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geographic_disabled_endpoint_takes_no_part() {
+    let h = Harness::location(&[]).await;
+    // `de` (DE) is disabled: German clients fall through to GEO-EU and `de` never answers.
+    let got = seen(&h, GEO, "geo", FRANKFURT, 32, 20).await;
+    assert_eq!(got, set(&["eu"]));
+    // geo-nw's WORLD endpoint is disabled: NODATA rather than the disabled endpoint.
+    for _ in 0..20 {
+        nodata(&h, "geo-nw", SYDNEY, 32).await;
     }
+    h.stop().await;
 }
 
-server_test! {
-    async fn geographic_nested_and_stopped_matches() {
-        let h = Harness::location(&[]).await;
-        let table: &[(&str, &str)] = &[
-            ("fr-1", "192.0.2.14"),
-            ("de-1", "192.0.2.15"),
-            ("de-2", "192.0.2.16"),
-            ("world", "192.0.2.19"),
-        ];
-        // DE matches a nested endpoint: its child (weighted) answers.
-        let got = seen(&h, table, "geo-nest", FRANKFURT, 32, 200).await;
-        assert_eq!(got, set(&["de-1", "de-2"]));
-        // FR matches a nested endpoint whose child is disabled (Stopped): NODATA, not WORLD.
-        for _ in 0..5 {
-            nodata(&h, "geo-nest", PARIS, 32).await;
-        }
-        assert_eq!(pick(&h, table, "geo-nest", SYDNEY, 32).await.0, "world");
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geographic_nested_and_stopped_matches() {
+    let h = Harness::location(&[]).await;
+    let table: &[(&str, &str)] = &[
+        ("fr-1", "192.0.2.14"),
+        ("de-1", "192.0.2.15"),
+        ("de-2", "192.0.2.16"),
+        ("world", "192.0.2.19"),
+    ];
+    // DE matches a nested endpoint: its child (weighted) answers.
+    let got = seen(&h, table, "geo-nest", FRANKFURT, 32, 200).await;
+    assert_eq!(got, set(&["de-1", "de-2"]));
+    // FR matches a nested endpoint whose child is disabled (Stopped): NODATA, not WORLD.
+    for _ in 0..5 {
+        nodata(&h, "geo-nest", PARIS, 32).await;
     }
+    assert_eq!(pick(&h, table, "geo-nest", SYDNEY, 32).await.0, "world");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -309,57 +302,54 @@ const OFFICE: &[(&str, &str)] = &[
 
 const OFFICE_NOFB: &[(&str, &str)] = &[("lan", "192.0.2.31"), ("dmz", "192.0.2.32")];
 
-server_test! {
-    async fn subnet_matches_cidrs_and_ranges_with_their_scope() {
-        let h = Harness::location(&[]).await;
-        // office: lan 10.0.0.0/8, dmz 192.0.2.10-192.0.2.20, v6 2001:db8:a::100-2001:db8:a::1ff
-        // and 2001:db8:b::/48, old 172.16.0.0/12 (disabled), internet (fallback).
-        // (client, source, endpoint, scope)
-        let cases: &[(&str, u8, &str, u8)] = &[
-            ("10.1.2.3", 32, "lan", 8),
-            ("10.200.0.0", 16, "lan", 8),
-            ("10.0.0.0", 8, "lan", 8),
-            ("192.0.2.15", 32, "dmz", 30),           // 192.0.2.12/30 is inside 10-20
-            ("192.0.2.16", 32, "dmz", 30),           // 16-19
-            ("192.0.2.10", 32, "dmz", 31),           // 10-11
-            ("192.0.2.20", 32, "dmz", 32),           // 20-21 would leave the range
-            ("2001:db8:a::150", 128, "v6", 120),     // the range is exactly a /120
-            ("2001:db8:a::1ff", 128, "v6", 120),
-            ("2001:db8:b:1::", 64, "v6", 48),
-            ("2001:db8:b::", 48, "v6", 48),
-            // Unmatched: the fallback, scope the largest block around the client holding no range.
-            ("192.0.2.9", 32, "internet", 31),       // 8-9
-            ("192.0.2.21", 32, "internet", 32),      // 20-21 holds a range
-            ("192.0.2.100", 32, "internet", 26),     // 64-127
-            ("203.0.113.1", 32, "internet", 5),      // 200.0.0.0/5
-            ("2001:db8:a::200", 128, "internet", 119), // ::200-::3ff
-            // A disabled endpoint's range takes no part: the fallback answers.
-            ("172.16.1.1", 32, "internet", 2),       // 128.0.0.0/2 holds no enabled range
-        ];
-        let mut failures = Vec::new();
-        for (i, (client, source, want, scope)) in cases.iter().enumerate() {
-            let got = pick(&h, OFFICE, "office", client, *source).await;
-            if got != (*want, *scope) {
-                failures.push(format!(
-                    "case {i} {client}/{source}: got {got:?}, want ({want}, {scope})"
-                ));
-            }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subnet_matches_cidrs_and_ranges_with_their_scope() {
+    let h = Harness::location(&[]).await;
+    // office: lan 10.0.0.0/8, dmz 192.0.2.10-192.0.2.20, v6 2001:db8:a::100-2001:db8:a::1ff
+    // and 2001:db8:b::/48, old 172.16.0.0/12 (disabled), internet (fallback).
+    // (client, source, endpoint, scope)
+    let cases: &[(&str, u8, &str, u8)] = &[
+        ("10.1.2.3", 32, "lan", 8),
+        ("10.200.0.0", 16, "lan", 8),
+        ("10.0.0.0", 8, "lan", 8),
+        ("192.0.2.15", 32, "dmz", 30), // 192.0.2.12/30 is inside 10-20
+        ("192.0.2.16", 32, "dmz", 30), // 16-19
+        ("192.0.2.10", 32, "dmz", 31), // 10-11
+        ("192.0.2.20", 32, "dmz", 32), // 20-21 would leave the range
+        ("2001:db8:a::150", 128, "v6", 120), // the range is exactly a /120
+        ("2001:db8:a::1ff", 128, "v6", 120),
+        ("2001:db8:b:1::", 64, "v6", 48),
+        ("2001:db8:b::", 48, "v6", 48),
+        // Unmatched: the fallback, scope the largest block around the client holding no range.
+        ("192.0.2.9", 32, "internet", 31),         // 8-9
+        ("192.0.2.21", 32, "internet", 32),        // 20-21 holds a range
+        ("192.0.2.100", 32, "internet", 26),       // 64-127
+        ("203.0.113.1", 32, "internet", 5),        // 200.0.0.0/5
+        ("2001:db8:a::200", 128, "internet", 119), // ::200-::3ff
+        // A disabled endpoint's range takes no part: the fallback answers.
+        ("172.16.1.1", 32, "internet", 2), // 128.0.0.0/2 holds no enabled range
+    ];
+    let mut failures = Vec::new();
+    for (i, (client, source, want, scope)) in cases.iter().enumerate() {
+        let got = pick(&h, OFFICE, "office", client, *source).await;
+        if got != (*want, *scope) {
+            failures
+                .push(format!("case {i} {client}/{source}: got {got:?}, want ({want}, {scope})"));
         }
-        assert!(failures.is_empty(), "{failures:#?}");
-        h.stop().await;
     }
+    assert!(failures.is_empty(), "{failures:#?}");
+    h.stop().await;
 }
 
-server_test! {
-    async fn subnet_without_fallback_answers_nodata() {
-        let h = Harness::location(&[]).await;
-        assert_eq!(pick(&h, OFFICE_NOFB, "office-nofb", "10.9.9.9", 32).await, ("lan", 8));
-        assert_eq!(pick(&h, OFFICE_NOFB, "office-nofb", "192.0.2.15", 32).await, ("dmz", 30));
-        assert_eq!(nodata(&h, "office-nofb", "203.0.113.1", 32).await, 5);
-        assert_eq!(nodata(&h, "office-nofb", "192.0.2.9", 32).await, 31);
-        assert_eq!(nodata(&h, "office-nofb", "2001:db8::1", 128).await, 0);
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subnet_without_fallback_answers_nodata() {
+    let h = Harness::location(&[]).await;
+    assert_eq!(pick(&h, OFFICE_NOFB, "office-nofb", "10.9.9.9", 32).await, ("lan", 8));
+    assert_eq!(pick(&h, OFFICE_NOFB, "office-nofb", "192.0.2.15", 32).await, ("dmz", 30));
+    assert_eq!(nodata(&h, "office-nofb", "203.0.113.1", 32).await, 5);
+    assert_eq!(nodata(&h, "office-nofb", "192.0.2.9", 32).await, 31);
+    assert_eq!(nodata(&h, "office-nofb", "2001:db8::1", 128).await, 0);
+    h.stop().await;
 }
 
 /// A subnet profile with `n` ranges over 20.0.0.0 upwards, one /24-sized slot each: even
@@ -388,34 +378,32 @@ fn big_subnet_profile(n: u32) -> String {
     out
 }
 
-server_test! {
-    async fn subnet_profile_with_100k_ranges_loads_and_answers() {
-        const N: u32 = 100_000;
-        let yaml = big_subnet_profile(N);
-        let h = Harness::location(&[("bignet.yaml", &yaml)]).await;
-        const NAMES: [&str; 10] = ["e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9"];
-        let mut addrs: Vec<(&'static str, String)> =
-            NAMES.iter().enumerate().map(|(k, n)| (*n, format!("192.0.2.{}", 200 + k))).collect();
-        addrs.push(("rest", "192.0.2.250".into()));
-        let table: Vec<(&'static str, &str)> =
-            addrs.iter().map(|(n, a)| (*n, a.as_str())).collect();
-        let base = |i: u32| u32::from(Ipv4Addr::new(20, 0, 0, 0)) + i * 256;
-        for i in [0u32, 1, 2, 4242, 4243, 77_777, N - 2, N - 1] {
-            let inside = Ipv4Addr::from(base(i) + 50).to_string();
-            let outside = Ipv4Addr::from(base(i) + 230).to_string();
-            let owner = NAMES[(i % 10) as usize];
-            // Even slots: .0/25 (scope 25); odd: .10-.199, where .32/27 is the widest block.
-            let (in_scope, out_scope) = if i.is_multiple_of(2) { (25, 25) } else { (27, 27) };
-            let got = pick(&h, &table, "bignet", &inside, 32).await;
-            assert_eq!(got, (owner, in_scope), "slot {i} {inside}");
-            let got = pick(&h, &table, "bignet", &outside, 32).await;
-            assert_eq!(got, ("rest", out_scope), "slot {i} {outside}");
-        }
-        // Past the last range.
-        let past = Ipv4Addr::from(base(N) + 1).to_string();
-        assert_eq!(pick(&h, &table, "bignet", &past, 32).await.0, "rest");
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subnet_profile_with_100k_ranges_loads_and_answers() {
+    const N: u32 = 100_000;
+    let yaml = big_subnet_profile(N);
+    let h = Harness::location(&[("bignet.yaml", &yaml)]).await;
+    const NAMES: [&str; 10] = ["e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9"];
+    let mut addrs: Vec<(&'static str, String)> =
+        NAMES.iter().enumerate().map(|(k, n)| (*n, format!("192.0.2.{}", 200 + k))).collect();
+    addrs.push(("rest", "192.0.2.250".into()));
+    let table: Vec<(&'static str, &str)> = addrs.iter().map(|(n, a)| (*n, a.as_str())).collect();
+    let base = |i: u32| u32::from(Ipv4Addr::new(20, 0, 0, 0)) + i * 256;
+    for i in [0u32, 1, 2, 4242, 4243, 77_777, N - 2, N - 1] {
+        let inside = Ipv4Addr::from(base(i) + 50).to_string();
+        let outside = Ipv4Addr::from(base(i) + 230).to_string();
+        let owner = NAMES[(i % 10) as usize];
+        // Even slots: .0/25 (scope 25); odd: .10-.199, where .32/27 is the widest block.
+        let (in_scope, out_scope) = if i.is_multiple_of(2) { (25, 25) } else { (27, 27) };
+        let got = pick(&h, &table, "bignet", &inside, 32).await;
+        assert_eq!(got, (owner, in_scope), "slot {i} {inside}");
+        let got = pick(&h, &table, "bignet", &outside, 32).await;
+        assert_eq!(got, ("rest", out_scope), "slot {i} {outside}");
     }
+    // Past the last range.
+    let past = Ipv4Addr::from(base(N) + 1).to_string();
+    assert_eq!(pick(&h, &table, "bignet", &past, 32).await.0, "rest");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -437,101 +425,97 @@ const FAST_NOEU: &[(&str, &str)] =
 const FAST_PAIR: &[(&str, &str)] =
     &[("dublin-1", "192.0.2.61"), ("dublin-2", "192.0.2.62"), ("virginia", "192.0.2.63")];
 
-server_test! {
-    async fn performance_picks_the_lowest_latency_region() {
-        let h = Harness::location(&[]).await;
-        // (client, source, endpoint, why)
-        let cases: &[(&str, u8, &str, &str)] = &[
-            (SHANGHAI, 32, "shanghai", "CIDR row 198.51.100.128/25 beats the CN row"),
-            ("198.51.100.130", 32, "shanghai", "CIDR row"),
-            (BEIJING, 32, "beijing", "CN row"),
-            (SF, 32, "oregon", "US-CA row beats the US row"),
-            (NYC, 32, "virginia", "US row"),
-            (PARIS, 32, "dublin", "FR row"),
-            ("100.80.3.4", 32, "dublin", "CIDR row 100.80.0.0/16"),
-            ("2001:db8:1::", 48, "dublin", "IPv6 CIDR row"),
-            (FRANKFURT, 32, "dublin", "no row: Dublin is the nearest region"),
-            (SYDNEY, 32, "singapore", "no row: Singapore is the nearest region"),
-            (TOKYO, 32, "shanghai", "no row: Shanghai is nearer than Beijing"),
-        ];
-        let mut failures = Vec::new();
-        for (client, source, want, why) in cases {
-            let (got, _) = pick(&h, FAST, "fast", client, *source).await;
-            if got != *want {
-                failures.push(format!("{client}/{source}: got {got}, want {want} ({why})"));
-            }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn performance_picks_the_lowest_latency_region() {
+    let h = Harness::location(&[]).await;
+    // (client, source, endpoint, why)
+    let cases: &[(&str, u8, &str, &str)] = &[
+        (SHANGHAI, 32, "shanghai", "CIDR row 198.51.100.128/25 beats the CN row"),
+        ("198.51.100.130", 32, "shanghai", "CIDR row"),
+        (BEIJING, 32, "beijing", "CN row"),
+        (SF, 32, "oregon", "US-CA row beats the US row"),
+        (NYC, 32, "virginia", "US row"),
+        (PARIS, 32, "dublin", "FR row"),
+        ("100.80.3.4", 32, "dublin", "CIDR row 100.80.0.0/16"),
+        ("2001:db8:1::", 48, "dublin", "IPv6 CIDR row"),
+        (FRANKFURT, 32, "dublin", "no row: Dublin is the nearest region"),
+        (SYDNEY, 32, "singapore", "no row: Singapore is the nearest region"),
+        (TOKYO, 32, "shanghai", "no row: Shanghai is nearer than Beijing"),
+    ];
+    let mut failures = Vec::new();
+    for (client, source, want, why) in cases {
+        let (got, _) = pick(&h, FAST, "fast", client, *source).await;
+        if got != *want {
+            failures.push(format!("{client}/{source}: got {got}, want {want} ({why})"));
         }
-        assert!(failures.is_empty(), "{failures:#?}");
-        h.stop().await;
     }
+    assert!(failures.is_empty(), "{failures:#?}");
+    h.stop().await;
 }
 
-server_test! {
-    async fn performance_scope_follows_the_row() {
-        let h = Harness::location(&[]).await;
-        // CIDR rows: the row's prefix or more, never more than the source.
-        for (client, source, lo) in
-            [(SHANGHAI, 32u8, 25u8), ("100.80.3.4", 32, 16), ("2001:db8:1::", 48, 48)]
-        {
-            let (_, scope) = pick(&h, FAST, "fast", client, source).await;
-            assert!(
-                scope >= lo && scope <= source,
-                "{client}/{source}: scope /{scope}, want /{lo}..=/{source}"
-            );
-        }
-        // A /16 source inside the /16 row: exactly 16.
-        assert_eq!(pick(&h, FAST, "fast", "100.80.0.0", 16).await, ("dublin", 16));
-        // Geo-located rows: at least the geo network (FR is a /25, DE a /24).
-        let (_, scope) = pick(&h, FAST, "fast", PARIS, 32).await;
-        assert!((25..=32).contains(&scope), "FR row: scope /{scope}");
-        let (_, scope) = pick(&h, FAST, "fast", FRANKFURT, 32).await;
-        assert!((24..=32).contains(&scope), "distance: scope /{scope}");
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn performance_scope_follows_the_row() {
+    let h = Harness::location(&[]).await;
+    // CIDR rows: the row's prefix or more, never more than the source.
+    for (client, source, lo) in
+        [(SHANGHAI, 32u8, 25u8), ("100.80.3.4", 32, 16), ("2001:db8:1::", 48, 48)]
+    {
+        let (_, scope) = pick(&h, FAST, "fast", client, source).await;
+        assert!(
+            scope >= lo && scope <= source,
+            "{client}/{source}: scope /{scope}, want /{lo}..=/{source}"
+        );
     }
+    // A /16 source inside the /16 row: exactly 16.
+    assert_eq!(pick(&h, FAST, "fast", "100.80.0.0", 16).await, ("dublin", 16));
+    // Geo-located rows: at least the geo network (FR is a /25, DE a /24).
+    let (_, scope) = pick(&h, FAST, "fast", PARIS, 32).await;
+    assert!((25..=32).contains(&scope), "FR row: scope /{scope}");
+    let (_, scope) = pick(&h, FAST, "fast", FRANKFURT, 32).await;
+    assert!((24..=32).contains(&scope), "distance: scope /{scope}");
+    h.stop().await;
 }
 
-server_test! {
-    async fn performance_skips_a_region_without_a_serving_endpoint() {
-        let h = Harness::location(&[]).await;
-        // fast-noeu: eu-west's only endpoint is disabled.
-        for _ in 0..10 {
-            // Distance from Frankfurt: Dublin (skipped), then Washington, then Singapore.
-            assert_eq!(pick(&h, FAST_NOEU, "fast-noeu", FRANKFURT, 32).await.0, "virginia");
-            // FR row: eu-west 18 ms (skipped), us-east 85 ms.
-            assert_eq!(pick(&h, FAST_NOEU, "fast-noeu", PARIS, 32).await.0, "virginia");
-            // Sydney is nearest Singapore anyway.
-            assert_eq!(pick(&h, FAST_NOEU, "fast-noeu", SYDNEY, 32).await.0, "singapore");
-        }
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn performance_skips_a_region_without_a_serving_endpoint() {
+    let h = Harness::location(&[]).await;
+    // fast-noeu: eu-west's only endpoint is disabled.
+    for _ in 0..10 {
+        // Distance from Frankfurt: Dublin (skipped), then Washington, then Singapore.
+        assert_eq!(pick(&h, FAST_NOEU, "fast-noeu", FRANKFURT, 32).await.0, "virginia");
+        // FR row: eu-west 18 ms (skipped), us-east 85 ms.
+        assert_eq!(pick(&h, FAST_NOEU, "fast-noeu", PARIS, 32).await.0, "virginia");
+        // Sydney is nearest Singapore anyway.
+        assert_eq!(pick(&h, FAST_NOEU, "fast-noeu", SYDNEY, 32).await.0, "singapore");
     }
+    h.stop().await;
 }
 
-server_test! {
-    async fn performance_shares_a_region_per_client_subnet() {
-        let h = Harness::location(&[]).await;
-        // fast-pair: dublin-1 and dublin-2 in eu-west; 100.80.0.0/16 is closest to eu-west.
-        let mut per_subnet = BTreeMap::new();
-        for n in 0..200u8 {
-            let first = pick(&h, FAST_PAIR, "fast-pair", &format!("100.80.{n}.1"), 32).await;
-            assert!(first.0.starts_with("dublin-"), "100.80.{n}.1: {first:?}");
-            assert!(first.1 >= 24, "the /24 decides within the region: {first:?}");
-            // Every address of the /24, again and again, gets the same endpoint.
-            for host in [1u8, 2, 77, 128, 254, 1] {
-                let client = format!("100.80.{n}.{host}");
-                let again = pick(&h, FAST_PAIR, "fast-pair", &client, 32).await;
-                assert_eq!(again.0, first.0, "100.80.{n}.{host} left its /24's endpoint");
-            }
-            let again = pick(&h, FAST_PAIR, "fast-pair", &format!("100.80.{n}.0"), 24).await;
-            assert_eq!(again.0, first.0, "ECS /24 of 100.80.{n}.0");
-            *per_subnet.entry(first.0).or_insert(0usize) += 1;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn performance_shares_a_region_per_client_subnet() {
+    let h = Harness::location(&[]).await;
+    // fast-pair: dublin-1 and dublin-2 in eu-west; 100.80.0.0/16 is closest to eu-west.
+    let mut per_subnet = BTreeMap::new();
+    for n in 0..200u8 {
+        let first = pick(&h, FAST_PAIR, "fast-pair", &format!("100.80.{n}.1"), 32).await;
+        assert!(first.0.starts_with("dublin-"), "100.80.{n}.1: {first:?}");
+        assert!(first.1 >= 24, "the /24 decides within the region: {first:?}");
+        // Every address of the /24, again and again, gets the same endpoint.
+        for host in [1u8, 2, 77, 128, 254, 1] {
+            let client = format!("100.80.{n}.{host}");
+            let again = pick(&h, FAST_PAIR, "fast-pair", &client, 32).await;
+            assert_eq!(again.0, first.0, "100.80.{n}.{host} left its /24's endpoint");
         }
-        // Across many /24s both endpoints are used, about evenly.
-        let one = per_subnet.get("dublin-1").copied().unwrap_or(0);
-        let two = per_subnet.get("dublin-2").copied().unwrap_or(0);
-        assert!((60..=140).contains(&one) && (60..=140).contains(&two), "{per_subnet:?}");
-        assert!(!per_subnet.contains_key("virginia"), "{per_subnet:?}");
-        h.stop().await;
+        let again = pick(&h, FAST_PAIR, "fast-pair", &format!("100.80.{n}.0"), 24).await;
+        assert_eq!(again.0, first.0, "ECS /24 of 100.80.{n}.0");
+        *per_subnet.entry(first.0).or_insert(0usize) += 1;
     }
+    // Across many /24s both endpoints are used, about evenly.
+    let one = per_subnet.get("dublin-1").copied().unwrap_or(0);
+    let two = per_subnet.get("dublin-2").copied().unwrap_or(0);
+    assert!((60..=140).contains(&one) && (60..=140).contains(&two), "{per_subnet:?}");
+    assert!(!per_subnet.contains_key("virginia"), "{per_subnet:?}");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -556,76 +540,72 @@ fn assert_share(counts: &BTreeMap<&str, usize>, endpoint: &str, want: f64, what:
     );
 }
 
-server_test! {
-    async fn groups_seed_examples_on_the_wire() {
-        let h = Harness::location(&[]).await;
-        // Beijing clients: the CN row puts cn-beijing (20 ms) before cn-shanghai (30 ms).
-        // (profile, share of the closest group beijing)
-        let cases: &[(&str, f64)] = &[
-            ("ga-100-100", 1.0),
-            ("ga-50-100", 0.5),
-            ("ga-30-100", 0.3),
-            ("ga-50-50", 0.625),
-            ("ga-1-100", 0.01),
-            ("ga-0-100", 0.0),
-        ];
-        for (profile, bj) in cases {
-            let counts = tally(&h, GA, profile, BEIJING, DRAWS).await;
-            assert_eq!(counts.values().sum::<usize>(), DRAWS);
-            assert_share(&counts, "bj-1", *bj, profile);
-            assert_share(&counts, "sh-1", 1.0 - bj, profile);
-            // Exact ends: 100/100 sends nothing away, 0/100 keeps nothing, 1/100 keeps some.
-            match *profile {
-                "ga-100-100" => assert_eq!(counts.get("sh-1"), None, "{counts:?}"),
-                "ga-0-100" => assert_eq!(counts.get("bj-1"), None, "{counts:?}"),
-                "ga-1-100" => assert!(counts.get("bj-1").is_some_and(|&c| c > 0), "{counts:?}"),
-                _ => {}
-            }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_seed_examples_on_the_wire() {
+    let h = Harness::location(&[]).await;
+    // Beijing clients: the CN row puts cn-beijing (20 ms) before cn-shanghai (30 ms).
+    // (profile, share of the closest group beijing)
+    let cases: &[(&str, f64)] = &[
+        ("ga-100-100", 1.0),
+        ("ga-50-100", 0.5),
+        ("ga-30-100", 0.3),
+        ("ga-50-50", 0.625),
+        ("ga-1-100", 0.01),
+        ("ga-0-100", 0.0),
+    ];
+    for (profile, bj) in cases {
+        let counts = tally(&h, GA, profile, BEIJING, DRAWS).await;
+        assert_eq!(counts.values().sum::<usize>(), DRAWS);
+        assert_share(&counts, "bj-1", *bj, profile);
+        assert_share(&counts, "sh-1", 1.0 - bj, profile);
+        // Exact ends: 100/100 sends nothing away, 0/100 keeps nothing, 1/100 keeps some.
+        match *profile {
+            "ga-100-100" => assert_eq!(counts.get("sh-1"), None, "{counts:?}"),
+            "ga-0-100" => assert_eq!(counts.get("bj-1"), None, "{counts:?}"),
+            "ga-1-100" => assert!(counts.get("bj-1").is_some_and(|&c| c > 0), "{counts:?}"),
+            _ => {}
         }
-        h.stop().await;
     }
+    h.stop().await;
 }
 
-server_test! {
-    async fn groups_closest_group_unhealthy_next_takes_everything() {
-        let h = Harness::location(&[]).await;
-        // ga-down: beijing (dial 50) has only disabled endpoints; shanghai has dial 0 and
-        // still takes all the traffic: dials are ignored when the first group is unhealthy.
-        let counts = tally(&h, GA, "ga-down", BEIJING, DRAWS).await;
-        assert_eq!(counts.get("sh-1"), Some(&DRAWS), "{counts:?}");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_closest_group_unhealthy_next_takes_everything() {
+    let h = Harness::location(&[]).await;
+    // ga-down: beijing (dial 50) has only disabled endpoints; shanghai has dial 0 and
+    // still takes all the traffic: dials are ignored when the first group is unhealthy.
+    let counts = tally(&h, GA, "ga-down", BEIJING, DRAWS).await;
+    assert_eq!(counts.get("sh-1"), Some(&DRAWS), "{counts:?}");
+    h.stop().await;
 }
 
-server_test! {
-    async fn groups_endpoint_weights_inside_a_group() {
-        let h = Harness::location(&[]).await;
-        // ga-weights: beijing (dial 100) holds bj-1 (192), bj-2 (64), bj-3 (0).
-        let counts = tally(&h, GA, "ga-weights", BEIJING, DRAWS).await;
-        assert_share(&counts, "bj-1", 0.75, "weight 192 of 256");
-        assert_share(&counts, "bj-2", 0.25, "weight 64 of 256");
-        assert_eq!(counts.get("bj-3"), None, "weight 0 takes nothing: {counts:?}");
-        assert_eq!(counts.get("sh-1"), None, "dial 100: nothing leaves beijing: {counts:?}");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_endpoint_weights_inside_a_group() {
+    let h = Harness::location(&[]).await;
+    // ga-weights: beijing (dial 100) holds bj-1 (192), bj-2 (64), bj-3 (0).
+    let counts = tally(&h, GA, "ga-weights", BEIJING, DRAWS).await;
+    assert_share(&counts, "bj-1", 0.75, "weight 192 of 256");
+    assert_share(&counts, "bj-2", 0.25, "weight 64 of 256");
+    assert_eq!(counts.get("bj-3"), None, "weight 0 takes nothing: {counts:?}");
+    assert_eq!(counts.get("sh-1"), None, "dial 100: nothing leaves beijing: {counts:?}");
+    h.stop().await;
 }
 
-server_test! {
-    async fn groups_closest_group_depends_on_the_client() {
-        let h = Harness::location(&[]).await;
-        // ga-50-50: Beijing clients (CN row) have beijing first, Shanghai clients (CIDR row
-        // 198.51.100.128/25) shanghai: opposite 62.5/37.5 splits.
-        let bj = tally(&h, GA, "ga-50-50", BEIJING, DRAWS).await;
-        assert_share(&bj, "bj-1", 0.625, "Beijing client");
-        let sh = tally(&h, GA, "ga-50-50", SHANGHAI, DRAWS).await;
-        assert_share(&sh, "sh-1", 0.625, "Shanghai client");
-        assert_share(&sh, "bj-1", 0.375, "Shanghai client");
-        // ga-30-100: beijing keeps 30% of Beijing clients, but shanghai (dial 100) is first for
-        // Shanghai clients and takes all of them.
-        let sh = tally(&h, GA, "ga-30-100", SHANGHAI, 500).await;
-        assert_eq!(sh.get("sh-1"), Some(&500), "{sh:?}");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_closest_group_depends_on_the_client() {
+    let h = Harness::location(&[]).await;
+    // ga-50-50: Beijing clients (CN row) have beijing first, Shanghai clients (CIDR row
+    // 198.51.100.128/25) shanghai: opposite 62.5/37.5 splits.
+    let bj = tally(&h, GA, "ga-50-50", BEIJING, DRAWS).await;
+    assert_share(&bj, "bj-1", 0.625, "Beijing client");
+    let sh = tally(&h, GA, "ga-50-50", SHANGHAI, DRAWS).await;
+    assert_share(&sh, "sh-1", 0.625, "Shanghai client");
+    assert_share(&sh, "bj-1", 0.375, "Shanghai client");
+    // ga-30-100: beijing keeps 30% of Beijing clients, but shanghai (dial 100) is first for
+    // Shanghai clients and takes all of them.
+    let sh = tally(&h, GA, "ga-30-100", SHANGHAI, 500).await;
+    assert_eq!(sh.get("sh-1"), Some(&500), "{sh:?}");
+    h.stop().await;
 }
 
 const GA_FIVE: &[(&str, &str)] = &[
@@ -636,20 +616,19 @@ const GA_FIVE: &[(&str, &str)] = &[
     ("bj-1", "203.0.113.5"),
 ];
 
-server_test! {
-    async fn groups_failover_tries_at_most_three_more_groups() {
-        let h = Harness::location(&[]).await;
-        // Paris (FR row): eu, use, usw, ap, bj. ga-five-3: eu, use and usw are disabled, so
-        // ap (the third group after the first) takes everything, its dial 10% ignored.
-        let counts = tally(&h, GA_FIVE, "ga-five-3", PARIS, 500).await;
-        assert_eq!(counts.get("ap-1"), Some(&500), "{counts:?}");
-        // ga-five-4: ap is disabled too; bj is healthy but is the fourth after the first, so
-        // it is not tried; failing open to eu finds only disabled endpoints: NODATA.
-        for _ in 0..20 {
-            nodata(&h, "ga-five-4", PARIS, 32).await;
-        }
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_failover_tries_at_most_three_more_groups() {
+    let h = Harness::location(&[]).await;
+    // Paris (FR row): eu, use, usw, ap, bj. ga-five-3: eu, use and usw are disabled, so
+    // ap (the third group after the first) takes everything, its dial 10% ignored.
+    let counts = tally(&h, GA_FIVE, "ga-five-3", PARIS, 500).await;
+    assert_eq!(counts.get("ap-1"), Some(&500), "{counts:?}");
+    // ga-five-4: ap is disabled too; bj is healthy but is the fourth after the first, so
+    // it is not tried; failing open to eu finds only disabled endpoints: NODATA.
+    for _ in 0..20 {
+        nodata(&h, "ga-five-4", PARIS, 32).await;
     }
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -665,57 +644,55 @@ const SVC: &[(&str, &str)] = &[
     ("b3", "192.0.2.113"),
 ];
 
-server_test! {
-    async fn zone_same_zone_first_with_a_safety_threshold() {
-        let h = Harness::location(&[]).await;
-        let all = set(&["a1", "a2", "b1", "b2", "b3"]);
-        // topology: zone-a 10.1.0.0/16 and 2001:db8:20::/48, zone-b 10.2.0.0/16.
-        // (profile, client, source, endpoints that answer)
-        let cases: Vec<(&str, &str, u8, BTreeSet<&str>)> = vec![
-            // zone-a holds 2 of the 5 serving endpoints (a3 is disabled): 40% ≥ 20%.
-            ("svc", "10.1.2.3", 32, set(&["a1", "a2"])),
-            ("svc", "10.1.0.0", 24, set(&["a1", "a2"])),
-            ("svc", "2001:db8:20::", 56, set(&["a1", "a2"])),
-            ("svc", "10.2.9.9", 32, set(&["b1", "b2", "b3"])),
-            // Unknown client network: every serving endpoint.
-            ("svc", "172.16.0.1", 32, all.clone()),
-            ("svc", "10.3.0.1", 32, all.clone()),
-            // 40% < 50%: every endpoint serves zone-a clients.
-            ("svc-strict", "10.1.2.3", 32, all.clone()),
-            // 60% ≥ 50% for zone-b.
-            ("svc-strict", "10.2.9.9", 32, set(&["b1", "b2", "b3"])),
-            // Exactly at the threshold (40%): same zone.
-            ("svc-edge", "10.1.2.3", 32, set(&["a1", "a2"])),
-        ];
-        for (profile, client, source, want) in cases {
-            let got = seen(&h, SVC, profile, client, source, 300).await;
-            assert_eq!(got, want, "{profile} from {client}/{source}");
-        }
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_same_zone_first_with_a_safety_threshold() {
+    let h = Harness::location(&[]).await;
+    let all = set(&["a1", "a2", "b1", "b2", "b3"]);
+    // topology: zone-a 10.1.0.0/16 and 2001:db8:20::/48, zone-b 10.2.0.0/16.
+    // (profile, client, source, endpoints that answer)
+    let cases: Vec<(&str, &str, u8, BTreeSet<&str>)> = vec![
+        // zone-a holds 2 of the 5 serving endpoints (a3 is disabled): 40% ≥ 20%.
+        ("svc", "10.1.2.3", 32, set(&["a1", "a2"])),
+        ("svc", "10.1.0.0", 24, set(&["a1", "a2"])),
+        ("svc", "2001:db8:20::", 56, set(&["a1", "a2"])),
+        ("svc", "10.2.9.9", 32, set(&["b1", "b2", "b3"])),
+        // Unknown client network: every serving endpoint.
+        ("svc", "172.16.0.1", 32, all.clone()),
+        ("svc", "10.3.0.1", 32, all.clone()),
+        // 40% < 50%: every endpoint serves zone-a clients.
+        ("svc-strict", "10.1.2.3", 32, all.clone()),
+        // 60% ≥ 50% for zone-b.
+        ("svc-strict", "10.2.9.9", 32, set(&["b1", "b2", "b3"])),
+        // Exactly at the threshold (40%): same zone.
+        ("svc-edge", "10.1.2.3", 32, set(&["a1", "a2"])),
+    ];
+    for (profile, client, source, want) in cases {
+        let got = seen(&h, SVC, profile, client, source, 300).await;
+        assert_eq!(got, want, "{profile} from {client}/{source}");
     }
+    h.stop().await;
 }
 
-server_test! {
-    async fn zone_scope_is_the_topology_network() {
-        let h = Harness::location(&[]).await;
-        for (client, source, scope) in [
-            ("10.1.2.3", 32u8, 16u8),
-            ("10.1.0.0", 24, 16),
-            ("10.1.0.0", 16, 16),
-            ("10.2.9.9", 32, 16),
-            ("2001:db8:20::", 56, 48),
-            ("2001:db8:20:1::", 64, 48),
-        ] {
-            for _ in 0..5 {
-                let (_, got) = pick(&h, SVC, "svc", client, source).await;
-                assert_eq!(got, scope, "{client}/{source}");
-            }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_scope_is_the_topology_network() {
+    let h = Harness::location(&[]).await;
+    for (client, source, scope) in [
+        ("10.1.2.3", 32u8, 16u8),
+        ("10.1.0.0", 24, 16),
+        ("10.1.0.0", 16, 16),
+        ("10.2.9.9", 32, 16),
+        ("2001:db8:20::", 56, 48),
+        ("2001:db8:20:1::", 64, 48),
+    ] {
+        for _ in 0..5 {
+            let (_, got) = pick(&h, SVC, "svc", client, source).await;
+            assert_eq!(got, scope, "{client}/{source}");
         }
-        // A source shorter than the zone network: never more than the source.
-        let (_, got) = pick(&h, SVC, "svc", "10.0.0.0", 8).await;
-        assert!(got <= 8, "10.0.0.0/8: scope /{got}");
-        h.stop().await;
     }
+    // A source shorter than the zone network: never more than the source.
+    let (_, got) = pick(&h, SVC, "svc", "10.0.0.0", 8).await;
+    assert!(got <= 8, "10.0.0.0/8: scope /{got}");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,13 +1,12 @@
-//! Hot reload (issue 5, contract §8): file edits, additions and removals seen on the wire
-//! within 2 s; invalid configurations (YAML syntax, semantics) keep the old answers and are
-//! reported with FILE:LINE:COL; SIGHUP on the real binary; `POST /api/v1/reload`; a query
-//! stream from four threads during 30 rapid reloads with zero lost or wrong answers; zone
-//! serials; listen address changes.
+//! Hot reload: file edits, additions and removals seen on the wire within 2 s; invalid
+//! configurations (YAML syntax, semantics) keep the old answers and are reported with
+//! FILE:LINE:COL; SIGHUP on the real binary; `POST /api/v1/reload`; a query stream from
+//! four threads during 30 rapid reloads with zero lost or wrong answers; zone serials;
+//! listen address changes.
 //!
 //! Measurements (time for a change to show up, retries, reload times) are printed with a
 //! `MEASURE` prefix: run with `--nocapture` to see them.
 
-#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -193,81 +192,76 @@ async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 // Edit, add, remove: seen within 2 s
 // ---------------------------------------------------------------------------------------
 
-server_test! {
-    async fn editing_a_profile_file_changes_the_answer_within_2s() {
-        let h = start_with(&profiles_with_live(), false).await;
-        assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
-        let gen_before = h.server().snapshot().generation;
-        // In place (truncate and write), as `echo > file` or most scripts do.
-        std::fs::write(h.profile_path("live.yaml"), one_target("live", "192.0.2.101")).unwrap();
-        expect_change(&h, "live", "A 192.0.2.101", "edit in place").await;
-        assert!(h.server().snapshot().generation > gen_before);
-        // Other profiles are untouched.
-        assert_eq!(answer(&h, "www").await, "A 192.0.2.10");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editing_a_profile_file_changes_the_answer_within_2s() {
+    let h = start_with(&profiles_with_live(), false).await;
+    assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
+    let gen_before = h.server().snapshot().generation;
+    // In place (truncate and write), as `echo > file` or most scripts do.
+    std::fs::write(h.profile_path("live.yaml"), one_target("live", "192.0.2.101")).unwrap();
+    expect_change(&h, "live", "A 192.0.2.101", "edit in place").await;
+    assert!(h.server().snapshot().generation > gen_before);
+    // Other profiles are untouched.
+    assert_eq!(answer(&h, "www").await, "A 192.0.2.10");
+    h.stop().await;
 }
 
-server_test! {
-    async fn editor_rename_dance_changes_the_answer_within_2s() {
-        let h = start_with(&profiles_with_live(), false).await;
-        assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
-        let before = reloads(&h);
-        // vim-style: write a swap file, move the original to a backup, rename into place,
-        // remove the backup.
-        let path = h.profile_path("live.yaml");
-        let swap = h.profile_path(".live.yaml.swp");
-        let backup = h.profile_path("live.yaml~");
-        std::fs::write(&swap, one_target("live", "192.0.2.102")).unwrap();
-        std::fs::rename(&path, &backup).unwrap();
-        std::fs::rename(&swap, &path).unwrap();
-        std::fs::remove_file(&backup).unwrap();
-        expect_change(&h, "live", "A 192.0.2.102", "rename dance").await;
-        // Let any straggling reload happen, then count (reported, not asserted: the
-        // debounce is a timing matter).
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        println!("MEASURE rename dance: {} reload(s) for 4 file operations", reloads(&h) - before);
-        assert_eq!(reload_failures(&h), 0, "a reload failed during the rename dance");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editor_rename_dance_changes_the_answer_within_2s() {
+    let h = start_with(&profiles_with_live(), false).await;
+    assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
+    let before = reloads(&h);
+    // vim-style: write a swap file, move the original to a backup, rename into place,
+    // remove the backup.
+    let path = h.profile_path("live.yaml");
+    let swap = h.profile_path(".live.yaml.swp");
+    let backup = h.profile_path("live.yaml~");
+    std::fs::write(&swap, one_target("live", "192.0.2.102")).unwrap();
+    std::fs::rename(&path, &backup).unwrap();
+    std::fs::rename(&swap, &path).unwrap();
+    std::fs::remove_file(&backup).unwrap();
+    expect_change(&h, "live", "A 192.0.2.102", "rename dance").await;
+    // Let any straggling reload happen, then count (reported, not asserted: the
+    // debounce is a timing matter).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    println!("MEASURE rename dance: {} reload(s) for 4 file operations", reloads(&h) - before);
+    assert_eq!(reload_failures(&h), 0, "a reload failed during the rename dance");
+    h.stop().await;
 }
 
-server_test! {
-    async fn adding_a_profile_file_answers_within_2s() {
-        let h = start_with(&profiles_with_live(), false).await;
-        h.udp(&Q::new(&fq("fresh"), T_A)).await.assert_negative(NXDOMAIN);
-        std::fs::write(h.profile_path("fresh.yaml"), one_target("fresh", "192.0.2.103")).unwrap();
-        expect_change(&h, "fresh", "A 192.0.2.103", "new file").await;
-        assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_profile_file_answers_within_2s() {
+    let h = start_with(&profiles_with_live(), false).await;
+    h.udp(&Q::new(&fq("fresh"), T_A)).await.assert_negative(NXDOMAIN);
+    std::fs::write(h.profile_path("fresh.yaml"), one_target("fresh", "192.0.2.103")).unwrap();
+    expect_change(&h, "fresh", "A 192.0.2.103", "new file").await;
+    assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
+    h.stop().await;
 }
 
-server_test! {
-    async fn removing_a_profile_file_stops_answering_within_2s() {
-        let h = start_with(&profiles_with_live(), false).await;
-        assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
-        std::fs::remove_file(h.profile_path("live.yaml")).unwrap();
-        expect_change(&h, "live", &format!("rcode {NXDOMAIN}"), "file removed").await;
-        h.udp(&Q::new(&fq("live"), T_A)).await.assert_negative(NXDOMAIN);
-        assert_eq!(answer(&h, "www").await, "A 192.0.2.10");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_profile_file_stops_answering_within_2s() {
+    let h = start_with(&profiles_with_live(), false).await;
+    assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
+    std::fs::remove_file(h.profile_path("live.yaml")).unwrap();
+    expect_change(&h, "live", &format!("rcode {NXDOMAIN}"), "file removed").await;
+    h.udp(&Q::new(&fq("live"), T_A)).await.assert_negative(NXDOMAIN);
+    assert_eq!(answer(&h, "www").await, "A 192.0.2.10");
+    h.stop().await;
 }
 
-server_test! {
-    async fn editing_steerdns_yaml_reloads_within_2s() {
-        let h = start_with(&profiles_with_live(), false).await;
-        h.udp(&Q::new(&fq("added"), T_A)).await.assert_negative(NXDOMAIN);
-        let yaml = steerdns_yaml().replacen(
-            "    file: zones/extra.zone",
-            "      - 'added A 192.0.2.104'\n    file: zones/extra.zone",
-            1,
-        );
-        std::fs::write(h.dir.path().join("steerdns.yaml"), yaml).unwrap();
-        expect_change(&h, "added", "A 192.0.2.104", "steerdns.yaml edit").await;
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editing_steerdns_yaml_reloads_within_2s() {
+    let h = start_with(&profiles_with_live(), false).await;
+    h.udp(&Q::new(&fq("added"), T_A)).await.assert_negative(NXDOMAIN);
+    let yaml = steerdns_yaml().replacen(
+        "    file: zones/extra.zone",
+        "      - 'added A 192.0.2.104'\n    file: zones/extra.zone",
+        1,
+    );
+    std::fs::write(h.dir.path().join("steerdns.yaml"), yaml).unwrap();
+    expect_change(&h, "added", "A 192.0.2.104", "steerdns.yaml edit").await;
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -337,20 +331,18 @@ async fn invalid_edit_keeps_serving(bad: &str, line: u64, message: &str, what: &
     h.stop().await;
 }
 
-server_test! {
-    async fn yaml_syntax_error_keeps_old_answers_and_is_reported() {
-        // Line 3 is indented under a scalar: "mapping values are not allowed".
-        let bad = "name: live\nrouting: priority\n  ttl: 5\nendpoints:\n  - { name: main, target: 192.0.2.106, always_serve: true }\n";
-        invalid_edit_keeps_serving(bad, 3, "mapping values", "YAML syntax error").await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_syntax_error_keeps_old_answers_and_is_reported() {
+    // Line 3 is indented under a scalar: "mapping values are not allowed".
+    let bad = "name: live\nrouting: priority\n  ttl: 5\nendpoints:\n  - { name: main, target: 192.0.2.106, always_serve: true }\n";
+    invalid_edit_keeps_serving(bad, 3, "mapping values", "YAML syntax error").await;
 }
 
-server_test! {
-    async fn semantic_error_keeps_old_answers_and_is_reported() {
-        // Valid YAML, but endpoint name `main` twice: the second is on line 5.
-        let bad = "name: live\nrouting: priority\nendpoints:\n  - { name: main, target: 192.0.2.106, priority: 1, always_serve: true }\n  - { name: main, target: 192.0.2.107, priority: 2, always_serve: true }\n";
-        invalid_edit_keeps_serving(bad, 5, "duplicate endpoint name", "duplicate endpoint").await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semantic_error_keeps_old_answers_and_is_reported() {
+    // Valid YAML, but endpoint name `main` twice: the second is on line 5.
+    let bad = "name: live\nrouting: priority\nendpoints:\n  - { name: main, target: 192.0.2.106, priority: 1, always_serve: true }\n  - { name: main, target: 192.0.2.107, priority: 2, always_serve: true }\n";
+    invalid_edit_keeps_serving(bad, 5, "duplicate endpoint name", "duplicate endpoint").await;
 }
 
 /// `POST /api/v1/reload` must answer 422; returns the error strings.
@@ -366,105 +358,101 @@ async fn reload_422(h: &Harness, what: &str) -> Vec<String> {
         .collect()
 }
 
-server_test! {
-    async fn invalid_steerdns_yaml_keeps_serving_and_is_reported() {
-        let h = start_with(&profiles_with_live(), true).await;
-        let config = h.dir.path().join("steerdns.yaml");
-        let good = std::fs::read_to_string(&config).unwrap();
-        let gen_before = h.server().snapshot().generation;
-        // An unknown top-level key on the line after the last.
-        let line = good.lines().count() + 1;
-        write_atomic(&config, &format!("{good}bogus_key: 1\n"));
-        let errors = reload_422(&h, "unknown key in steerdns.yaml").await;
-        let want = format!("{}:{line}:", config.display());
-        assert!(
-            errors.iter().any(|e| e.starts_with(&want) && e.contains("bogus_key")),
-            "no error at {want}: {errors:#?}"
-        );
-        assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
-        assert_eq!(h.server().snapshot().generation, gen_before);
-        // Fixed: applies.
-        write_atomic(&config, &good);
-        let r = http_post(h.admin(), "/api/v1/reload", None).await;
-        assert_eq!(r.status, 200, "{r:?}");
-        assert!(r.json()["generation"].as_u64().unwrap() > gen_before);
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_steerdns_yaml_keeps_serving_and_is_reported() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let config = h.dir.path().join("steerdns.yaml");
+    let good = std::fs::read_to_string(&config).unwrap();
+    let gen_before = h.server().snapshot().generation;
+    // An unknown top-level key on the line after the last.
+    let line = good.lines().count() + 1;
+    write_atomic(&config, &format!("{good}bogus_key: 1\n"));
+    let errors = reload_422(&h, "unknown key in steerdns.yaml").await;
+    let want = format!("{}:{line}:", config.display());
+    assert!(
+        errors.iter().any(|e| e.starts_with(&want) && e.contains("bogus_key")),
+        "no error at {want}: {errors:#?}"
+    );
+    assert_eq!(answer(&h, "live").await, "A 192.0.2.100");
+    assert_eq!(h.server().snapshot().generation, gen_before);
+    // Fixed: applies.
+    write_atomic(&config, &good);
+    let r = http_post(h.admin(), "/api/v1/reload", None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["generation"].as_u64().unwrap() > gen_before);
+    h.stop().await;
 }
 
-server_test! {
-    async fn zone_file_error_names_the_zone_file_and_line() {
-        let h = start_with(&profiles_with_live(), true).await;
-        let zone_path = h.dir.path().join("zones/extra.zone");
-        // Line 4 of the zone file gets an invalid address.
-        let bad = ZONE_FILE.replace("192.0.2.200", "192.0.2.300");
-        assert_eq!(bad.lines().nth(3).unwrap().split_whitespace().next(), Some("ftp"));
-        std::fs::write(&zone_path, bad).unwrap();
-        let errors = reload_422(&h, "bad record in the zone file").await;
-        assert_eq!(answer(&h, "ftp").await, "A 192.0.2.200", "old data keeps serving");
-        let want = format!("{}:4:", zone_path.display());
-        assert!(
-            errors.iter().any(|e| e.starts_with(&want)),
-            "contract §8: every error with FILE:LINE:COL; want an error at {want}, got {errors:#?}"
-        );
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_file_error_names_the_zone_file_and_line() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let zone_path = h.dir.path().join("zones/extra.zone");
+    // Line 4 of the zone file gets an invalid address.
+    let bad = ZONE_FILE.replace("192.0.2.200", "192.0.2.300");
+    assert_eq!(bad.lines().nth(3).unwrap().split_whitespace().next(), Some("ftp"));
+    std::fs::write(&zone_path, bad).unwrap();
+    let errors = reload_422(&h, "bad record in the zone file").await;
+    assert_eq!(answer(&h, "ftp").await, "A 192.0.2.200", "old data keeps serving");
+    let want = format!("{}:4:", zone_path.display());
+    assert!(
+        errors.iter().any(|e| e.starts_with(&want)),
+        "every error is reported with FILE:LINE:COL; want an error at {want}, got {errors:#?}"
+    );
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
 // POST /api/v1/reload, zone serial
 // ---------------------------------------------------------------------------------------
 
-server_test! {
-    async fn post_reload_returns_200_with_a_growing_generation() {
-        let h = start_with(&profiles_with_live(), true).await;
-        let admin = h.admin();
-        let mut last = h.server().snapshot().generation;
-        for i in 0..3 {
-            let r = http_post(admin, "/api/v1/reload", None).await;
-            assert_eq!(r.status, 200, "reload {i}: {r:?}");
-            assert!(r.header("content-type").unwrap_or("").starts_with("application/json"));
-            let body = r.json();
-            let generation = body["generation"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("reload {i}: no generation: {body}"));
-            assert!(generation > last, "reload {i}: generation {last} -> {generation}");
-            assert_eq!(h.server().snapshot().generation, generation);
-            let m = scrape(admin, None).await;
-            assert_eq!(m.sum("steerdns_config_generation", &[]), generation as f64);
-            last = generation;
-        }
-        // GET is not a reload.
-        let r = http_get(admin, "/api/v1/reload", None).await;
-        assert_eq!(r.status, 405, "GET /api/v1/reload: {r:?}");
-        assert_eq!(h.server().snapshot().generation, last);
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_reload_returns_200_with_a_growing_generation() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let admin = h.admin();
+    let mut last = h.server().snapshot().generation;
+    for i in 0..3 {
+        let r = http_post(admin, "/api/v1/reload", None).await;
+        assert_eq!(r.status, 200, "reload {i}: {r:?}");
+        assert!(r.header("content-type").unwrap_or("").starts_with("application/json"));
+        let body = r.json();
+        let generation = body["generation"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("reload {i}: no generation: {body}"));
+        assert!(generation > last, "reload {i}: generation {last} -> {generation}");
+        assert_eq!(h.server().snapshot().generation, generation);
+        let m = scrape(admin, None).await;
+        assert_eq!(m.sum("steerdns_config_generation", &[]), generation as f64);
+        last = generation;
     }
+    // GET is not a reload.
+    let r = http_get(admin, "/api/v1/reload", None).await;
+    assert_eq!(r.status, 405, "GET /api/v1/reload: {r:?}");
+    assert_eq!(h.server().snapshot().generation, last);
+    h.stop().await;
 }
 
-server_test! {
-    async fn zone_serial_grows_only_when_the_zone_changed() {
-        let h = start_with(&profiles_with_live(), false).await;
-        let s0 = soa_serial(&h).await;
-        // Nothing changed: same serial.
-        h.server().reload().expect("reload");
-        let s1 = soa_serial(&h).await;
-        assert_eq!(s1, s0, "serial moved on a reload without changes");
-        // A profile's answer changed: the serial grows.
-        write_atomic(&h.profile_path("live.yaml"), &one_target("live", "192.0.2.108"));
-        h.server().reload().expect("reload");
-        assert_eq!(answer(&h, "live").await, "A 192.0.2.108");
-        let s2 = soa_serial(&h).await;
-        assert!(s2 > s0, "serial {s0} -> {s2} after a change");
-        // A static record changed (zone file): grows again.
-        let zone = ZONE_FILE.replace("192.0.2.200", "192.0.2.201");
-        std::fs::write(h.dir.path().join("zones/extra.zone"), zone).unwrap();
-        h.server().reload().expect("reload");
-        assert_eq!(answer(&h, "ftp").await, "A 192.0.2.201");
-        let s3 = soa_serial(&h).await;
-        assert!(s3 > s2, "serial {s2} -> {s3} after a zone file change");
-        h.stop().await;
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_serial_grows_only_when_the_zone_changed() {
+    let h = start_with(&profiles_with_live(), false).await;
+    let s0 = soa_serial(&h).await;
+    // Nothing changed: same serial.
+    h.server().reload().expect("reload");
+    let s1 = soa_serial(&h).await;
+    assert_eq!(s1, s0, "serial moved on a reload without changes");
+    // A profile's answer changed: the serial grows.
+    write_atomic(&h.profile_path("live.yaml"), &one_target("live", "192.0.2.108"));
+    h.server().reload().expect("reload");
+    assert_eq!(answer(&h, "live").await, "A 192.0.2.108");
+    let s2 = soa_serial(&h).await;
+    assert!(s2 > s0, "serial {s0} -> {s2} after a change");
+    // A static record changed (zone file): grows again.
+    let zone = ZONE_FILE.replace("192.0.2.200", "192.0.2.201");
+    std::fs::write(h.dir.path().join("zones/extra.zone"), zone).unwrap();
+    h.server().reload().expect("reload");
+    assert_eq!(answer(&h, "ftp").await, "A 192.0.2.201");
+    let s3 = soa_serial(&h).await;
+    assert!(s3 > s2, "serial {s2} -> {s3} after a zone file change");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -546,140 +534,138 @@ fn query_stream(addr: SocketAddr, thread: usize, stop: Arc<AtomicBool>) -> Strea
     st
 }
 
-server_test! {
-    async fn no_query_lost_or_wrong_during_30_rapid_reloads() {
-        let mut profiles = profiles_with_live();
-        profiles.push(("flip.yaml", one_target("flip", FLIP_A)));
-        let h = start_with(&profiles, true).await;
-        let admin = h.admin();
-        assert_eq!(answer(&h, "flip").await, format!("A {FLIP_A}"));
-        let serial0 = soa_serial(&h).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_query_lost_or_wrong_during_30_rapid_reloads() {
+    let mut profiles = profiles_with_live();
+    profiles.push(("flip.yaml", one_target("flip", FLIP_A)));
+    let h = start_with(&profiles, true).await;
+    let admin = h.admin();
+    assert_eq!(answer(&h, "flip").await, format!("A {FLIP_A}"));
+    let serial0 = soa_serial(&h).await;
 
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads: Vec<_> = (0..QUERY_THREADS)
-            .map(|t| {
-                let (addr, stop) = (h.addr, stop.clone());
-                std::thread::spawn(move || query_stream(addr, t, stop))
-            })
-            .collect();
-        // Let the streams get going before the first reload.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..QUERY_THREADS)
+        .map(|t| {
+            let (addr, stop) = (h.addr, stop.clone());
+            std::thread::spawn(move || query_stream(addr, t, stop))
+        })
+        .collect();
+    // Let the streams get going before the first reload.
+    tokio::time::sleep(Duration::from_millis(100)).await;
 
-        let mut generation = h.server().snapshot().generation;
-        let mut serial = serial0;
-        let mut took = Vec::new();
-        let control = h.server().control().clone();
-        for i in 0..RELOADS {
-            let target = if i % 2 == 0 { FLIP_B } else { FLIP_A };
-            // Atomic replace, so no reader (the watcher's reload included) sees half a file.
-            write_atomic(&h.profile_path("flip.yaml"), &one_target("flip", target));
-            let start = Instant::now();
-            let g = if i % 2 == 0 {
-                let c = control.clone();
-                tokio::task::spawn_blocking(move || c.reload("test"))
-                    .await
-                    .unwrap()
-                    .unwrap_or_else(|e| panic!("reload {i}: {e}"))
-            } else {
-                let r = http_post(admin, "/api/v1/reload", None).await;
-                assert_eq!(r.status, 200, "reload {i}: {r:?} {}", r.text());
-                r.json()["generation"].as_u64().expect("generation")
-            };
-            took.push(start.elapsed());
-            assert!(g > generation, "reload {i}: generation {generation} -> {g}");
-            generation = g;
-            // The swap is done: the new value answers from now on.
-            assert_eq!(answer(&h, "flip").await, format!("A {target}"), "after reload {i}");
-            let s = soa_serial(&h).await;
-            assert!(s > serial, "reload {i} changed the zone but the serial went {serial} -> {s}");
-            serial = s;
-        }
-        stop.store(true, Ordering::Relaxed);
-        let stats: Vec<StreamStats> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut generation = h.server().snapshot().generation;
+    let mut serial = serial0;
+    let mut took = Vec::new();
+    let control = h.server().control().clone();
+    for i in 0..RELOADS {
+        let target = if i % 2 == 0 { FLIP_B } else { FLIP_A };
+        // Atomic replace, so no reader (the watcher's reload included) sees half a file.
+        write_atomic(&h.profile_path("flip.yaml"), &one_target("flip", target));
+        let start = Instant::now();
+        let g = if i % 2 == 0 {
+            let c = control.clone();
+            tokio::task::spawn_blocking(move || c.reload("test"))
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("reload {i}: {e}"))
+        } else {
+            let r = http_post(admin, "/api/v1/reload", None).await;
+            assert_eq!(r.status, 200, "reload {i}: {r:?} {}", r.text());
+            r.json()["generation"].as_u64().expect("generation")
+        };
+        took.push(start.elapsed());
+        assert!(g > generation, "reload {i}: generation {generation} -> {g}");
+        generation = g;
+        // The swap is done: the new value answers from now on.
+        assert_eq!(answer(&h, "flip").await, format!("A {target}"), "after reload {i}");
+        let s = soa_serial(&h).await;
+        assert!(s > serial, "reload {i} changed the zone but the serial went {serial} -> {s}");
+        serial = s;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let stats: Vec<StreamStats> = threads.into_iter().map(|t| t.join().unwrap()).collect();
 
-        let total = |f: fn(&StreamStats) -> u64| stats.iter().map(f).sum::<u64>();
-        let (sent, answered, lost, retries) =
-            (total(|s| s.sent), total(|s| s.answered), total(|s| s.lost), total(|s| s.retries));
-        let wrong: Vec<&String> = stats.iter().flat_map(|s| &s.wrong).collect();
-        let max_took = took.iter().max().unwrap();
-        let mean_took = took.iter().sum::<Duration>() / took.len() as u32;
-        println!(
-            "MEASURE 30 reloads: {sent} queries from {QUERY_THREADS} threads, {answered} answered \
+    let total = |f: fn(&StreamStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let (sent, answered, lost, retries) =
+        (total(|s| s.sent), total(|s| s.answered), total(|s| s.lost), total(|s| s.retries));
+    let wrong: Vec<&String> = stats.iter().flat_map(|s| &s.wrong).collect();
+    let max_took = took.iter().max().unwrap();
+    let mean_took = took.iter().sum::<Duration>() / took.len() as u32;
+    println!(
+        "MEASURE 30 reloads: {sent} queries from {QUERY_THREADS} threads, {answered} answered \
              ({} {FLIP_A}, {} {FLIP_B}), {retries} needed a resend, {lost} lost, {} wrong; \
              reload call took mean {mean_took:?}, max {max_took:?}; generation now {generation}; \
              serial {serial0} -> {serial}",
-            total(|s| s.a),
-            total(|s| s.b),
-            wrong.len(),
-        );
-        assert!(wrong.is_empty(), "wrong answers during reloads: {wrong:#?}");
-        assert_eq!(lost, 0, "{lost} queries lost (no reply after a resend)");
-        assert_eq!(answered, sent);
-        for (t, s) in stats.iter().enumerate() {
-            assert!(s.answered > 0, "thread {t} got no answers: {s:?}");
-        }
-        assert!(total(|s| s.a) > 0 && total(|s| s.b) > 0, "only one value was ever seen");
-        assert_eq!(reload_failures(&h), 0, "a reload (maybe the watcher's) failed");
-        h.stop().await;
+        total(|s| s.a),
+        total(|s| s.b),
+        wrong.len(),
+    );
+    assert!(wrong.is_empty(), "wrong answers during reloads: {wrong:#?}");
+    assert_eq!(lost, 0, "{lost} queries lost (no reply after a resend)");
+    assert_eq!(answered, sent);
+    for (t, s) in stats.iter().enumerate() {
+        assert!(s.answered > 0, "thread {t} got no answers: {s:?}");
     }
+    assert!(total(|s| s.a) > 0 && total(|s| s.b) > 0, "only one value was ever seen");
+    assert_eq!(reload_failures(&h), 0, "a reload (maybe the watcher's) failed");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
 // Listen address changes need a restart
 // ---------------------------------------------------------------------------------------
 
-server_test! {
-    async fn listen_address_change_reloads_and_warns_restart_needed() {
-        let h = start_with(&profiles_with_live(), true).await;
-        let admin = h.admin();
-        // New listen addresses no one else uses, plus a new record to see the reload apply.
-        let yaml = with_admin(&steerdns_yaml(), None)
-            .replacen("dns: [\"127.0.0.1:0\"]", "dns: [\"127.0.0.1:1\"]", 1)
-            .replacen("admin: \"127.0.0.1:0\"", "admin: \"127.0.0.1:2\"", 1)
-            .replacen(
-                "    file: zones/extra.zone",
-                "      - 'moved A 192.0.2.109'\n    file: zones/extra.zone",
-                1,
-            );
-        write_atomic(&h.dir.path().join("steerdns.yaml"), &yaml);
-        let r = http_post(admin, "/api/v1/reload", None).await;
-        assert_eq!(r.status, 200, "reload with new listen addresses: {r:?} {}", r.text());
-        // Applied (the new record answers) on the running listener, which still answers.
-        assert_eq!(answer(&h, "moved").await, "A 192.0.2.109");
-        assert_eq!(h.tcp(&Q::new(&fq("www"), T_A)).await.single(), "A 192.0.2.10");
-        assert_eq!(http_get(admin, "/healthz", None).await.status, 200);
-        // Said clearly: restart needed, for each key.
-        let dns = wait_log("listen.dns restart warning", |l| {
-            l.contains("listen.dns") && l.contains("127.0.0.1:1") && l.contains("restart")
-        })
-        .await;
-        assert!(dns.contains("WARN"), "not a warning: {dns}");
-        let adm = wait_log("listen.admin restart warning", |l| {
-            l.contains("listen.admin") && l.contains("127.0.0.1:2") && l.contains("restart")
-        })
-        .await;
-        assert!(adm.contains("WARN"), "not a warning: {adm}");
-        println!("MEASURE listen change warnings:\n  {dns}\n  {adm}");
-        // The API's reply names the keys, and every later reload repeats the warning while
-        // the restart is pending.
-        let body: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
-        assert_eq!(body["restart_needed"], serde_json::json!(["listen.dns", "listen.admin"]));
-        let count = || {
-            log_lines()
-                .iter()
-                .filter(|l| l.contains("listen.dns changed") && l.contains("127.0.0.1:1"))
-                .count()
-        };
-        let before = count();
-        let again = http_post(admin, "/api/v1/reload", None).await;
-        assert_eq!(again.status, 200);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while count() == before && std::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        assert!(count() > before, "a second reload warns again");
-        h.stop().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_address_change_reloads_and_warns_restart_needed() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let admin = h.admin();
+    // New listen addresses no one else uses, plus a new record to see the reload apply.
+    let yaml = with_admin(&steerdns_yaml(), None)
+        .replacen("dns: [\"127.0.0.1:0\"]", "dns: [\"127.0.0.1:1\"]", 1)
+        .replacen("admin: \"127.0.0.1:0\"", "admin: \"127.0.0.1:2\"", 1)
+        .replacen(
+            "    file: zones/extra.zone",
+            "      - 'moved A 192.0.2.109'\n    file: zones/extra.zone",
+            1,
+        );
+    write_atomic(&h.dir.path().join("steerdns.yaml"), &yaml);
+    let r = http_post(admin, "/api/v1/reload", None).await;
+    assert_eq!(r.status, 200, "reload with new listen addresses: {r:?} {}", r.text());
+    // Applied (the new record answers) on the running listener, which still answers.
+    assert_eq!(answer(&h, "moved").await, "A 192.0.2.109");
+    assert_eq!(h.tcp(&Q::new(&fq("www"), T_A)).await.single(), "A 192.0.2.10");
+    assert_eq!(http_get(admin, "/healthz", None).await.status, 200);
+    // Said clearly: restart needed, for each key.
+    let dns = wait_log("listen.dns restart warning", |l| {
+        l.contains("listen.dns") && l.contains("127.0.0.1:1") && l.contains("restart")
+    })
+    .await;
+    assert!(dns.contains("WARN"), "not a warning: {dns}");
+    let adm = wait_log("listen.admin restart warning", |l| {
+        l.contains("listen.admin") && l.contains("127.0.0.1:2") && l.contains("restart")
+    })
+    .await;
+    assert!(adm.contains("WARN"), "not a warning: {adm}");
+    println!("MEASURE listen change warnings:\n  {dns}\n  {adm}");
+    // The API's reply names the keys, and every later reload repeats the warning while
+    // the restart is pending.
+    let body: serde_json::Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(body["restart_needed"], serde_json::json!(["listen.dns", "listen.admin"]));
+    let count = || {
+        log_lines()
+            .iter()
+            .filter(|l| l.contains("listen.dns changed") && l.contains("127.0.0.1:1"))
+            .count()
+    };
+    let before = count();
+    let again = http_post(admin, "/api/v1/reload", None).await;
+    assert_eq!(again.status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while count() == before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    assert!(count() > before, "a second reload warns again");
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -892,138 +878,141 @@ impl Drop for Binary {
     }
 }
 
-server_test! {
-    async fn sighup_reloads_the_running_binary() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = Binary::start(dir.path(), DEFAULT_PROFILES, false).await;
-        assert_eq!(bin.answer("ftp").await, "A 192.0.2.200");
-        // Zone files are not watched: only the SIGHUP can apply this change.
-        let zone = ZONE_FILE.replace("192.0.2.200", "192.0.2.202");
-        std::fs::write(dir.path().join("zones/extra.zone"), zone).unwrap();
-        let skip = bin.lines();
-        let start = Instant::now();
-        bin.signal(libc::SIGHUP);
-        let line = bin
-            .wait_line("configuration reloaded, trigger SIGHUP", skip, |l| {
-                l.contains("configuration reloaded") && l.contains("trigger=\"SIGHUP\"")
-            })
-            .await;
-        assert!(line.contains("INFO"), "{line}");
-        assert!(line.contains("generation=2"), "{line}");
-        // After the logged swap the new answer is served.
-        assert_eq!(bin.answer("ftp").await, "A 192.0.2.202");
-        println!("MEASURE SIGHUP: reloaded and answering after {} ms: {line}", start.elapsed().as_millis());
-        // A profile edit followed at once by SIGHUP also applies.
-        write_atomic(&dir.path().join("profiles/priority.yaml"), &one_target("www", "192.0.2.112"));
-        bin.signal(libc::SIGHUP);
-        let start = Instant::now();
-        loop {
-            let got = bin.answer("www").await;
-            if got == "A 192.0.2.112" {
-                break;
-            }
-            assert!(start.elapsed() < PATIENCE, "www still answers {got} after SIGHUP");
-            tokio::time::sleep(POLL_EVERY).await;
-        }
-        let ansi = bin.raw_ansi.load(Ordering::Relaxed);
-        println!("MEASURE SIGHUP: {ansi} stderr line(s) carried ANSI escapes although stderr is a pipe");
-        let (status, text) = bin.terminate().await;
-        assert!(status.success(), "exit after SIGTERM: {status:?}\n{text}");
-        assert_eq!(status.code(), Some(0));
-        assert!(text.contains("shutting down"), "{text}");
-    }
-}
-
-server_test! {
-    async fn sighup_with_invalid_config_keeps_serving_and_logs_file_line_col() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = Binary::start(dir.path(), DEFAULT_PROFILES, true).await;
-        assert_eq!(bin.answer("www").await, "A 192.0.2.10");
-        // The second endpoint named `primary` is on line 5, its name value at column 13.
-        let bad = "name: www\nrouting: priority\nendpoints:\n  - { name: primary, target: 192.0.2.113, priority: 1, always_serve: true }\n  - { name: primary, target: 192.0.2.114, priority: 2, always_serve: true }\n";
-        let path: PathBuf = dir.path().join("profiles/priority.yaml");
-        write_atomic(&path, bad);
-        let skip = bin.lines();
-        bin.signal(libc::SIGHUP);
-        let want = format!("{}:5:", path.display());
-        let line = bin
-            .wait_line("reload rejected, trigger SIGHUP", skip, |l| {
-                l.contains("\"SIGHUP\"") && l.contains("reload rejected") && l.contains(&want)
-            })
-            .await;
-        let v: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        assert_eq!(v["level"], "ERROR", "{line}");
-        assert_eq!(v["trigger"], "SIGHUP", "{line}");
-        let error = v["error"].as_str().unwrap_or_else(|| panic!("no error field: {line}"));
-        let rest = error.strip_prefix(&want).unwrap_or_else(|| panic!("error {error:?} does not start with {want}"));
-        let col = rest.split(':').next().unwrap_or("");
-        assert!(col.parse::<u64>().is_ok_and(|c| c >= 1), "no column in {error:?}");
-        assert!(error.contains("duplicate endpoint name"), "{error}");
-        // The old configuration keeps serving.
-        for _ in 0..10 {
-            assert_eq!(bin.answer("www").await, "A 192.0.2.10");
-        }
-        // Every stderr line is one JSON object with timestamp, level and target.
-        for l in bin.stderr.lock().unwrap().iter() {
-            let v: serde_json::Value =
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("stderr line not JSON ({e}): {l}"));
-            for k in ["timestamp", "level", "target"] {
-                assert!(v.get(k).is_some(), "JSON log line without {k}: {l}");
-            }
-        }
-        // A later valid edit + SIGHUP applies.
-        write_atomic(&path, &one_target("www", "192.0.2.115"));
-        let skip = bin.lines();
-        bin.signal(libc::SIGHUP);
-        bin.wait_line("configuration reloaded, trigger SIGHUP", skip, |l| {
-            l.contains("configuration reloaded") && l.contains("\"SIGHUP\"")
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_running_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Binary::start(dir.path(), DEFAULT_PROFILES, false).await;
+    assert_eq!(bin.answer("ftp").await, "A 192.0.2.200");
+    // Zone files are not watched: only the SIGHUP can apply this change.
+    let zone = ZONE_FILE.replace("192.0.2.200", "192.0.2.202");
+    std::fs::write(dir.path().join("zones/extra.zone"), zone).unwrap();
+    let skip = bin.lines();
+    let start = Instant::now();
+    bin.signal(libc::SIGHUP);
+    let line = bin
+        .wait_line("configuration reloaded, trigger SIGHUP", skip, |l| {
+            l.contains("configuration reloaded") && l.contains("trigger=\"SIGHUP\"")
         })
         .await;
-        assert_eq!(bin.answer("www").await, "A 192.0.2.115");
-        let (status, text) = bin.terminate().await;
-        assert_eq!(status.code(), Some(0), "exit after SIGTERM: {status:?}\n{text}");
+    assert!(line.contains("INFO"), "{line}");
+    assert!(line.contains("generation=2"), "{line}");
+    // After the logged swap the new answer is served.
+    assert_eq!(bin.answer("ftp").await, "A 192.0.2.202");
+    println!(
+        "MEASURE SIGHUP: reloaded and answering after {} ms: {line}",
+        start.elapsed().as_millis()
+    );
+    // A profile edit followed at once by SIGHUP also applies.
+    write_atomic(&dir.path().join("profiles/priority.yaml"), &one_target("www", "192.0.2.112"));
+    bin.signal(libc::SIGHUP);
+    let start = Instant::now();
+    loop {
+        let got = bin.answer("www").await;
+        if got == "A 192.0.2.112" {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "www still answers {got} after SIGHUP");
+        tokio::time::sleep(POLL_EVERY).await;
     }
+    let ansi = bin.raw_ansi.load(Ordering::Relaxed);
+    println!(
+        "MEASURE SIGHUP: {ansi} stderr line(s) carried ANSI escapes although stderr is a pipe"
+    );
+    let (status, text) = bin.terminate().await;
+    assert!(status.success(), "exit after SIGTERM: {status:?}\n{text}");
+    assert_eq!(status.code(), Some(0));
+    assert!(text.contains("shutting down"), "{text}");
 }
 
-server_test! {
-    async fn sighup_as_soon_as_the_port_accepts_reloads_instead_of_killing() {
-        // A supervisor that sends SIGHUP as soon as the DNS port accepts connections
-        // (a readiness check by port) must get a reload, not a dead server.
-        for attempt in 0..3 {
-            let dir = tempfile::tempdir().unwrap();
-            let mut bin = Binary::spawn(dir.path(), DEFAULT_PROFILES, false);
-            let start = Instant::now();
-            loop {
-                if std::net::TcpStream::connect(bin.addr).is_ok() {
-                    break;
-                }
-                if bin.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                assert!(start.elapsed() < PATIENCE, "the port never accepted");
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            if bin.child.try_wait().unwrap().is_some() && bin.stderr_text().contains("cannot listen")
-            {
-                continue; // port taken by someone else meanwhile: try again
-            }
-            bin.signal(libc::SIGHUP);
-            // UDP may be bound a moment after TCP: wait until it answers or exits.
-            let alive = bin.wait_ready().await;
-            let status = bin.child.try_wait().unwrap();
-            assert!(
-                alive,
-                "attempt {attempt}: SIGHUP sent as soon as the DNS port accepted a TCP \
-                 connection; the process ended ({status:?}); stderr:\n{}",
-                bin.stderr_text()
-            );
-            bin.wait_line("configuration reloaded, trigger SIGHUP", 0, |l| {
-                l.contains("configuration reloaded") && l.contains("trigger=\"SIGHUP\"")
-            })
-            .await;
-            let (status, text) = bin.terminate().await;
-            assert_eq!(status.code(), Some(0), "exit after SIGTERM: {status:?}\n{text}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_with_invalid_config_keeps_serving_and_logs_file_line_col() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Binary::start(dir.path(), DEFAULT_PROFILES, true).await;
+    assert_eq!(bin.answer("www").await, "A 192.0.2.10");
+    // The second endpoint named `primary` is on line 5, its name value at column 13.
+    let bad = "name: www\nrouting: priority\nendpoints:\n  - { name: primary, target: 192.0.2.113, priority: 1, always_serve: true }\n  - { name: primary, target: 192.0.2.114, priority: 2, always_serve: true }\n";
+    let path: PathBuf = dir.path().join("profiles/priority.yaml");
+    write_atomic(&path, bad);
+    let skip = bin.lines();
+    bin.signal(libc::SIGHUP);
+    let want = format!("{}:5:", path.display());
+    let line = bin
+        .wait_line("reload rejected, trigger SIGHUP", skip, |l| {
+            l.contains("\"SIGHUP\"") && l.contains("reload rejected") && l.contains(&want)
+        })
+        .await;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    assert_eq!(v["level"], "ERROR", "{line}");
+    assert_eq!(v["trigger"], "SIGHUP", "{line}");
+    let error = v["error"].as_str().unwrap_or_else(|| panic!("no error field: {line}"));
+    let rest = error
+        .strip_prefix(&want)
+        .unwrap_or_else(|| panic!("error {error:?} does not start with {want}"));
+    let col = rest.split(':').next().unwrap_or("");
+    assert!(col.parse::<u64>().is_ok_and(|c| c >= 1), "no column in {error:?}");
+    assert!(error.contains("duplicate endpoint name"), "{error}");
+    // The old configuration keeps serving.
+    for _ in 0..10 {
+        assert_eq!(bin.answer("www").await, "A 192.0.2.10");
+    }
+    // Every stderr line is one JSON object with timestamp, level and target.
+    for l in bin.stderr.lock().unwrap().iter() {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("stderr line not JSON ({e}): {l}"));
+        for k in ["timestamp", "level", "target"] {
+            assert!(v.get(k).is_some(), "JSON log line without {k}: {l}");
         }
+    }
+    // A later valid edit + SIGHUP applies.
+    write_atomic(&path, &one_target("www", "192.0.2.115"));
+    let skip = bin.lines();
+    bin.signal(libc::SIGHUP);
+    bin.wait_line("configuration reloaded, trigger SIGHUP", skip, |l| {
+        l.contains("configuration reloaded") && l.contains("\"SIGHUP\"")
+    })
+    .await;
+    assert_eq!(bin.answer("www").await, "A 192.0.2.115");
+    let (status, text) = bin.terminate().await;
+    assert_eq!(status.code(), Some(0), "exit after SIGTERM: {status:?}\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_as_soon_as_the_port_accepts_reloads_instead_of_killing() {
+    // A supervisor that sends SIGHUP as soon as the DNS port accepts connections
+    // (a readiness check by port) must get a reload, not a dead server.
+    for attempt in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bin = Binary::spawn(dir.path(), DEFAULT_PROFILES, false);
+        let start = Instant::now();
+        loop {
+            if std::net::TcpStream::connect(bin.addr).is_ok() {
+                break;
+            }
+            if bin.child.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(start.elapsed() < PATIENCE, "the port never accepted");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if bin.child.try_wait().unwrap().is_some() && bin.stderr_text().contains("cannot listen") {
+            continue; // port taken by someone else meanwhile: try again
+        }
+        bin.signal(libc::SIGHUP);
+        // UDP may be bound a moment after TCP: wait until it answers or exits.
+        let alive = bin.wait_ready().await;
+        let status = bin.child.try_wait().unwrap();
+        assert!(
+            alive,
+            "attempt {attempt}: SIGHUP sent as soon as the DNS port accepted a TCP \
+                 connection; the process ended ({status:?}); stderr:\n{}",
+            bin.stderr_text()
+        );
+        bin.wait_line("configuration reloaded, trigger SIGHUP", 0, |l| {
+            l.contains("configuration reloaded") && l.contains("trigger=\"SIGHUP\"")
+        })
+        .await;
+        let (status, text) = bin.terminate().await;
+        assert_eq!(status.code(), Some(0), "exit after SIGTERM: {status:?}\n{text}");
     }
 }

@@ -1,0 +1,132 @@
+//! A small HTTP/1.1 client for the admin API.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+/// Longest wait for one HTTP exchange.
+pub const HTTP_WAIT: Duration = Duration::from_secs(10);
+
+/// An HTTP response as read off the socket.
+#[derive(Debug)]
+pub struct Http {
+    pub status: u16,
+    /// Header names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Http {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("UTF-8 body")
+    }
+
+    /// The body as JSON (panics with the body when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.text()))
+    }
+}
+
+/// One HTTP/1.1 exchange on a new connection (`Connection: close`, read to EOF).
+/// `headers` are extra request header lines as (name, value).
+pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Http {
+    let fut = async {
+        let mut s = TcpStream::connect(addr).await.expect("connect to the admin API");
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if method != "GET" && method != "HEAD" {
+            req.push_str("Content-Length: 0\r\n");
+        }
+        for (n, v) in headers {
+            req.push_str(&format!("{n}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).await.expect("write request");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.expect("read response");
+        raw
+    };
+    let raw = timeout(HTTP_WAIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path}: no response within {HTTP_WAIT:?}"));
+    parse_http(&raw).unwrap_or_else(|e| {
+        panic!("{method} {path}: bad HTTP response ({e}): {:?}", String::from_utf8_lossy(&raw))
+    })
+}
+
+/// GET, with `Authorization: Bearer <token>` when a token is given.
+pub async fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> Http {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> =
+        auth.as_deref().map(|a| ("Authorization", a)).into_iter().collect();
+    http(addr, "GET", path, &headers).await
+}
+
+/// POST with an empty body, with `Authorization: Bearer <token>` when a token is given.
+pub async fn http_post(addr: SocketAddr, path: &str, token: Option<&str>) -> Http {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> =
+        auth.as_deref().map(|a| ("Authorization", a)).into_iter().collect();
+    http(addr, "POST", path, &headers).await
+}
+
+/// Splits a full HTTP/1.1 response into status, headers and body (de-chunking the body
+/// when it is sent chunked).
+pub fn parse_http(raw: &[u8]) -> Result<Http, String> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no end of headers")?;
+    let head = std::str::from_utf8(&raw[..split]).map_err(|e| e.to_string())?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or("empty response")?;
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("bad status line {status_line:?}"));
+    }
+    let status = parts
+        .next()
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let mut headers = Vec::new();
+    for l in lines {
+        let (n, v) = l.split_once(':').ok_or_else(|| format!("bad header line {l:?}"))?;
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        body = dechunk(&body)?;
+    } else if let Some((_, len)) = headers.iter().find(|(n, _)| n == "content-length") {
+        let len: usize = len.parse().map_err(|_| format!("bad content-length {len:?}"))?;
+        if body.len() != len {
+            return Err(format!("content-length {len} but {} body bytes", body.len()));
+        }
+    }
+    Ok(Http { status, headers, body })
+}
+
+fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n").ok_or("chunk size line")?;
+        let size_text = std::str::from_utf8(&b[..eol]).map_err(|e| e.to_string())?;
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
+        b = &b[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(b.get(..size).ok_or("short chunk")?);
+        b = b.get(size + 2..).ok_or("short chunk trailer")?;
+    }
+}
