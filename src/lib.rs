@@ -9,6 +9,7 @@ pub mod admin;
 pub mod commands;
 pub mod config;
 pub mod control;
+pub mod diag;
 pub mod dns;
 pub mod explain;
 pub mod geo;

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::error::Sink;
 use super::raw::{Int, S};
+use crate::diag::Sink;
 
 /// The value when it lies in `lo..=hi`, else an error naming the key and the range.
 pub fn int_in<T: TryFrom<i64>>(

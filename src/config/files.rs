@@ -7,11 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::error::{self, ConfigError, Pos, from_yaml};
 use super::par;
 use super::raw::{RawProfile, with_line_base};
 use super::reuse::{self, Piece, ProfileFile, Reuse};
 use super::yaml;
+use crate::diag::{self, ConfigError, Pos, from_yaml};
 
 /// One profile document and the file it came from.
 pub struct Source {
@@ -95,7 +95,7 @@ fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> 
 /// Every profile of one file (see `read_text`).
 fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
     let mut read = FileRead::default();
-    let text = match error::read_file(path) {
+    let text = match diag::read_file(path) {
         Ok(t) => t,
         Err(e) => {
             read.errors.extend(e.0);

@@ -8,7 +8,6 @@
 //! (`yaml`) that leaves everything else, errors included, to serde-saphyr.
 
 mod check;
-pub mod error;
 mod files;
 mod monitor;
 mod par;
@@ -27,11 +26,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use error::{ConfigError, ConfigErrors};
+pub use crate::diag::{ConfigError, ConfigErrors};
 pub use profiles::compute_families;
 pub use reuse::ProfileFile;
 
-use error::{Sink, from_yaml};
+use crate::diag::{self, Sink, from_yaml};
 use files::Doc;
 use raw::RawServer;
 use reuse::Reuse;
@@ -72,7 +71,7 @@ fn load_with(
     allow_reuse: bool,
 ) -> Result<Snapshot, Failed> {
     let mut errors = Vec::new();
-    let text = error::read_file(path)?;
+    let text = diag::read_file(path)?;
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();

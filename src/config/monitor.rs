@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::check::{duration, int_in};
-use super::error::{Pos, Sink};
 use super::raw::{Int, RawMonitor, S, StatusSpec};
+use crate::diag::{Pos, Sink};
 use crate::model::{Monitor, Protocol};
 
 /// The effective value of one field: the endpoint's when set, else the profile's.

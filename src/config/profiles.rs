@@ -8,13 +8,13 @@ use std::net::IpAddr;
 use hickory_proto::rr::Name;
 
 use super::check::{int_in, int_or};
-use super::error::{ConfigError, Pos, Sink};
 use super::files::{Doc, Source};
 use super::monitor;
 use super::par;
 use super::raw::{RawEndpoint, RawProfile, S};
 use super::reuse;
 use super::zones::parse_name;
+use crate::diag::{ConfigError, Pos, Sink};
 use crate::location::World;
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Rules, Target};
 use crate::routing::weighted::hash_str;

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::error::{Located, Pos};
+use crate::diag::{Located, Pos};
 
 pub type S<T> = Loc<T>;
 

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 
 use super::check::int_or;
-use super::error::Pos;
 use super::profiles::Builder;
 use super::raw::{RawEndpoint, RawGroup, RawProfile, S};
+use crate::diag::Pos;
 use crate::geo::{ByRegion, RegionId};
 use crate::model::{Endpoint, Group, Method, Rules, Target};
 use crate::netrange::{Range, RangeMap};

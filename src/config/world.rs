@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::error::{Pos, Sink};
 use super::raw::RawServer;
+use crate::diag::{Pos, Sink};
 use crate::geo::{GeoDb, LatencyTable, Regions};
 use crate::location::World;
 use crate::netrange::{Range, RangeMap};

@@ -9,9 +9,9 @@ use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 use hickory_proto::serialize::txt::{ParseResult, Parser};
 
 use super::check::int_or;
-use super::error::{Pos, Sink};
 use super::raw::{RawZone, S};
 use crate::FastMap;
+use crate::diag::{Pos, Sink};
 use crate::wire::Rtype;
 use crate::wire::name::WireName;
 use crate::zone::{Node, RrSet, Soa, Zone};

@@ -23,8 +23,8 @@ use super::Entries;
 use super::db::Location;
 use super::regions::RegionId;
 use super::regions::Regions;
-use crate::config::ConfigErrors;
-use crate::config::error::{Sink, from_yaml};
+use crate::diag::ConfigErrors;
+use crate::diag::{Sink, from_yaml};
 
 /// Mean Earth radius (IUGG), km.
 const EARTH_RADIUS_KM: f64 = 6371.0088;
@@ -162,7 +162,7 @@ struct RawRow {
 impl LatencyTable {
     /// Reads and validates a table; `from:` codes are checked against `hierarchy`.
     pub fn load(path: &Path, hierarchy: Arc<Regions>) -> Result<LatencyTable, ConfigErrors> {
-        let text = crate::config::error::read_file(path)?;
+        let text = crate::diag::read_file(path)?;
         LatencyTable::parse(&text, path, hierarchy)
     }
 

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use super::{Entries, Place};
-use crate::config::ConfigErrors;
-use crate::config::error::{Pos, Sink, from_yaml};
+use crate::diag::ConfigErrors;
+use crate::diag::{Pos, Sink, from_yaml};
 
 /// The code of the root of the hierarchy.
 pub const WORLD: &str = "WORLD";
@@ -118,7 +118,7 @@ impl Regions {
 
     /// Reads a hierarchy file (same format as `geo-data/regions.yaml`).
     pub fn load(path: &Path) -> Result<Regions, ConfigErrors> {
-        let text = crate::config::error::read_file(path)?;
+        let text = crate::diag::read_file(path)?;
         Regions::parse(&text, path)
     }
 

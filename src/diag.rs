@@ -1,4 +1,6 @@
-//! Configuration errors: each one names FILE:LINE:COL, and loading collects all of them.
+//! Diagnostics for files an operator writes: positions, errors located at FILE:LINE:COL,
+//! and the sink that collects every error of a load instead of stopping at the first.
+//! A leaf module: the configuration and the geo data files both report through it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
