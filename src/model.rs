@@ -57,7 +57,7 @@ impl Method {
 }
 
 /// A geographic mapping compiled against the running geo database
-/// (`World::compile_geographic`). Derived data: left out of the hash, so the zone
+/// (at load, by `config`). Derived data: left out of the hash, so the zone
 /// fingerprint only sees the mapping itself.
 #[derive(Clone, Default)]
 pub struct Compiled(pub Option<std::sync::Arc<crate::geo::Classes>>);

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::FastMap;
 use crate::config::ProfileFile;
+use crate::geo::World;
 use crate::health::HealthTable;
-use crate::location::World;
 use crate::metrics::QueryCounters;
 use crate::model::Profile;
 use crate::wire::name::{WireName, suffix_offset};

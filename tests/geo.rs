@@ -295,7 +295,7 @@ fn the_worlds_region_chain_per_place_matches_the_full_lookup() {
     let dir = tempfile::tempdir().unwrap();
     let db = GeoDb::open(&build_sample(dir.path())).unwrap();
     let regions = steerdns::geo::Regions::builtin();
-    let world = steerdns::location::World::new(
+    let world = steerdns::geo::World::new(
         Some(db.clone()),
         regions.clone(),
         None,
@@ -311,7 +311,7 @@ fn the_worlds_region_chain_per_place_matches_the_full_lookup() {
             let sub = full.and_then(|l| l.subdivision);
             let want = regions
                 .chain_ids(country.as_ref().map(|c| c.as_str()), sub.as_ref().map(|c| c.as_str()));
-            let client = steerdns::location::Client::new(addr, 24);
+            let client = steerdns::geo::Client::new(addr, 24);
             let (chain, scope) = client.region_chain(&world);
             assert_eq!(chain, want, "{addr}");
             assert_eq!(scope, db.places().lookup(addr).1.min(24), "{addr}");
@@ -905,7 +905,7 @@ fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
     // Every address answers with the same endpoint through the compiled mapping (client
     // looked up) as through the region chain (location given), and the compiled block is
     // never narrower than the place's.
-    use steerdns::location::{Client, Located};
+    use steerdns::geo::{Client, Located};
     let dir = tempfile::tempdir().unwrap();
     let db = build_sample(dir.path());
     let mappings: [&[&str]; 2] = [
@@ -958,7 +958,7 @@ fn a_reload_without_the_geo_database_drops_the_compiled_mapping() {
     let dir = tempfile::tempdir().unwrap();
     let db = build_sample(dir.path());
     let profiles = "name: g\nrouting: geographic\nendpoints:\n  - { name: fr, target: 192.0.2.1, always_serve: true, geo: [FR] }\n  - { name: world, target: 192.0.2.2, always_serve: true, geo: [WORLD] }\n";
-    let paris = steerdns::location::Client::new(ip("192.0.2.1"), 32);
+    let paris = steerdns::geo::Client::new(ip("192.0.2.1"), 32);
     let path = geo_config(dir.path(), Some(&db), profiles);
     let with_db = steerdns::config::load(&path, None).unwrap();
     assert_eq!(decide(&with_db, 0, &paris), (Some("fr".to_string()), 25));

@@ -9,6 +9,7 @@
 
 mod check;
 mod files;
+mod geographic;
 mod monitor;
 mod par;
 mod profiles;
@@ -35,8 +36,8 @@ use files::Doc;
 use raw::RawServer;
 use reuse::Reuse;
 
+use crate::geo::World;
 use crate::health::{HealthTable, Status};
-use crate::location::World;
 use crate::model::{Profile, Target};
 use crate::snapshot::{Listen, Snapshot};
 use crate::zone::{Zone, next_serial};
@@ -94,7 +95,7 @@ fn load_with(
     }
     compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
-    world.compile_geographic(&mut profiles);
+    geographic::compile(&world, &mut profiles);
     set_serials(&mut zones, &profiles, previous);
     let mut snap = Snapshot::new(listen, zones, profiles, health, Arc::new(world), profiles_dir);
     snap.generation = previous.map_or(1, |p| p.generation + 1);

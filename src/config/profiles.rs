@@ -15,9 +15,9 @@ use super::raw::{RawEndpoint, RawProfile, S};
 use super::reuse;
 use super::zones::parse_name;
 use crate::diag::{ConfigError, Pos, Sink};
-use crate::location::World;
+use crate::geo::World;
+use crate::hash::hash_str;
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Rules, Target};
-use crate::routing::weighted::hash_str;
 use crate::wire::name::WireName;
 use crate::zone::Zone;
 

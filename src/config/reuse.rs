@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::location::World;
+use crate::geo::World;
 use crate::model::{Profile, Target};
 use crate::snapshot::Snapshot;
 use crate::wire::name::WireName;

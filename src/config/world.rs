@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use super::raw::RawServer;
 use crate::diag::{Pos, Sink};
-use crate::geo::{GeoDb, LatencyTable, Regions};
-use crate::location::World;
+use crate::geo::{GeoDb, LatencyTable, Regions, World};
 use crate::netrange::{Range, RangeMap};
 
 pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> World {

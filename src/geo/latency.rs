@@ -94,6 +94,17 @@ pub enum Metric {
     Unknown,
 }
 
+/// For traces: "12 ms", "8342 km", "unknown".
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Metric::RttMs(v) => write!(f, "{v} ms"),
+            Metric::Km(v) => write!(f, "{v:.0} km"),
+            Metric::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
 impl Metric {
     fn key(&self) -> (u8, f64) {
         match *self {

@@ -1,27 +1,33 @@
-//! Where a client is: the location data layer behind geographic, performance and groups
-//! routing (contract §5, §6).
+//! Where a client is: the location data behind geographic, performance, groups and
+//! availability-zone routing (rules in `docs/routing.md`, "Where the client is").
 //!
-//! Four independent parts, each usable on its own: `regions` (the WORLD → grouping → country
-//! → subdivision hierarchy shipped in `geo-data/regions.yaml`), `db` (a memory-mapped MaxMind
-//! database answering "which network, continent, country, subdivision, coordinates"),
-//! `latency` (the operator's latency table: longest-prefix CIDR rows, region-code rows and
-//! great-circle distances) and `build` (`steerdns geo build`: CSV → GeoIP2-City-layout MMDB).
+//! The data files, each usable on its own: `regions` (the WORLD → grouping → country →
+//! subdivision hierarchy shipped in `geo-data/regions.yaml`), `db` and `places` (a
+//! memory-mapped MaxMind database answering "which network, continent, country,
+//! subdivision, coordinates"), `latency` (the operator's latency table: longest-prefix CIDR
+//! rows, region-code rows and great-circle distances) and `build` (`steerdns geo build`:
+//! CSV → GeoIP2-City-layout MMDB). `world` bundles one configuration's data, and `client`
+//! is one query's client, located lazily against it.
 //! Everything on the query path is allocation-free: codes are small inline values and the
 //! lookups are binary searches or hash probes.
 
 pub mod build;
+pub mod client;
 pub mod db;
 pub mod latency;
 pub mod places;
 pub mod regions;
+pub mod world;
 
 use std::fmt;
 
 pub use build::{BuildError, BuildSummary, build};
+pub use client::{Client, Located};
 pub use db::{DbInfo, GeoDb, GeoError, Location};
 pub use latency::{LatencyTable, Metric, Region, Row, RowFrom, RowMatch, great_circle_km};
 pub use places::{Classes, Place, PlaceId, Places};
 pub use regions::{ByRegion, Chain, RegionId, RegionKind, Regions};
+pub use world::{RegionOrder, World};
 
 /// A short region code held inline (continent `EU`, country `FR`, subdivision `ENG`), so a
 /// `Location` is `Copy` and looking one up never allocates. Always upper case ASCII.

@@ -17,7 +17,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     fallback_on_degraded: bool,
     q: Query<'_>,
 ) -> Pick<'a> {
-    ctx.note(|| describe_location(&q.client.located(ctx.world)));
+    ctx.note(|| q.client.located(ctx.world).to_string());
     if let (Some(classes), Some(addr)) = (&compiled.0, q.client.looked_up_addr()) {
         return compiled_pick(ctx, profile, by_region, classes, addr, q);
     }
@@ -86,19 +86,6 @@ fn nodata<H: HealthView + ?Sized>(
     status == Status::Stopped || !ep.can_answer(want, ctx.profiles)
 }
 
-pub fn describe_location(l: &crate::location::Located) -> String {
-    match &l.location {
-        Some(loc) => format!(
-            "client location: continent {}, country {}, subdivision {} (network /{})",
-            loc.continent.map_or("-".into(), |c| c.to_string()),
-            loc.country.map_or("-".into(), |c| c.to_string()),
-            loc.subdivision.map_or("-".into(), |c| c.to_string()),
-            l.prefix
-        ),
-        None => format!("client location: unknown (network /{})", l.prefix),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::geo::{ByRegion, Regions};
@@ -133,7 +120,7 @@ mod tests {
         Regions::builtin().id(code).unwrap()
     }
 
-    fn answer(w: &Lab, client: &crate::location::Client) -> (Vec<String>, u8) {
+    fn answer(w: &Lab, client: &crate::geo::Client) -> (Vec<String>, u8) {
         names(&route(w.ctx(), 0, Query { want: Want::A, client }, &mut rng(1)))
     }
 

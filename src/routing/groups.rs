@@ -11,8 +11,9 @@ use crate::model::{Group, Profile};
 
 use super::dial::{self, Plan};
 use super::status::endpoint_status;
-use super::weighted::{choose, mix, sticky_key};
+use super::weighted::{choose, sticky_key};
 use super::{Candidate, Ctx, Pick, Query};
+use crate::hash::mix;
 
 pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     ctx: Ctx<'a, H>,
@@ -21,7 +22,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     q: Query<'_>,
     rng: &mut R,
 ) -> Pick<'a> {
-    let mut regions = crate::location::RegionOrder::new();
+    let mut regions = crate::geo::RegionOrder::new();
     let scope = ctx.world.region_order(q.client, &mut regions);
     ctx.note(|| ctx.world.describe_latency(q.client));
     let order = group_order(groups, &regions);
@@ -123,7 +124,7 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
 }
 
 fn trace_plan(
-    world: &crate::location::World,
+    world: &crate::geo::World,
     groups: &[Group],
     order: &[usize],
     regions: &[(usize, crate::geo::Metric)],
@@ -134,7 +135,7 @@ fn trace_plan(
         regions
             .iter()
             .find(|(r, _)| *r == g.region)
-            .map_or("unknown".into(), |(_, m)| crate::location::metric_text(*m))
+            .map_or("unknown".into(), |(_, m)| m.to_string())
     };
     let ordered: Vec<String> = order
         .iter()

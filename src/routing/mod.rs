@@ -22,15 +22,14 @@ use arrayvec::ArrayVec;
 use rand::Rng;
 use smallvec::SmallVec;
 
+use crate::geo::World;
 use crate::health::{HealthView, Status};
-use crate::location::World;
 use crate::model::{Endpoint, Profile, ProfileId, Rules, Target, Want};
 
 /// Most records one routing decision returns (multivalue's `max_return` is at most 10).
 pub const MAX_ANSWERS: usize = 10;
 
-pub use crate::location::Client;
-pub use geographic::describe_location;
+pub use crate::geo::Client;
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {

@@ -21,7 +21,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     if all.is_empty() {
         return Pick::NoData(0);
     }
-    let mut order = crate::location::RegionOrder::new();
+    let mut order = crate::geo::RegionOrder::new();
     let scope = ctx.world.region_order(q.client, &mut order);
     ctx.note(|| ctx.world.describe_latency(q.client));
     for &(region, metric) in &order {
@@ -34,7 +34,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
             format!(
                 "region {} ({}) has {} eligible endpoint(s)",
                 ctx.world.region_name(region),
-                crate::location::metric_text(metric),
+                metric,
                 here.len()
             )
         });
@@ -79,7 +79,7 @@ mod tests {
         w.finish()
     }
 
-    fn answer(w: &Lab, client: &crate::location::Client) -> (String, u8) {
+    fn answer(w: &Lab, client: &crate::geo::Client) -> (String, u8) {
         let (n, s) = names(&route(w.ctx(), 0, Query { want: Want::A, client }, &mut rng(1)));
         (n.first().cloned().unwrap_or_default(), s)
     }

@@ -8,7 +8,7 @@ use crate::model::{Endpoint, Families, Method, Nested, Profile, Target};
 use crate::wire::name::WireName;
 
 use super::Ctx;
-use crate::location::World;
+use crate::geo::World;
 
 pub struct Lab {
     pub profiles: Vec<Profile>,
@@ -66,7 +66,7 @@ impl Lab {
         let nested = matches!(target, Target::Nested(_));
         eps.push(Endpoint {
             name: name.to_string(),
-            name_hash: crate::routing::weighted::hash_str(name),
+            name_hash: crate::hash::hash_str(name),
             target,
             enabled: true,
             always_serve: false,
@@ -141,7 +141,7 @@ pub fn client_in(
     sub: &str,
     coords: Option<(f64, f64)>,
     prefix: u8,
-) -> crate::location::Client {
+) -> crate::geo::Client {
     use crate::geo::{Code, Location};
     let location = Location {
         continent: None,
@@ -151,8 +151,8 @@ pub fn client_in(
         lon: coords.map(|c| c.1),
         prefix_len: prefix,
     };
-    let located = crate::location::Located { location: Some(location), prefix };
-    crate::location::Client::at(addr.parse().unwrap(), located)
+    let located = crate::geo::Located { location: Some(location), prefix };
+    crate::geo::Client::at(addr.parse().unwrap(), located)
 }
 
 /// The names a decision answers with (empty for NODATA) and its scope.

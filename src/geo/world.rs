@@ -1,0 +1,124 @@
+//! The location data of one configuration — geo database, region hierarchy, latency table
+//! and availability-zone topology — bundled in one immutable value that travels with the
+//! snapshot, and the questions routing asks of it.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::client::{Client, Located, PlaceHit};
+use super::{ByRegion, Chain, GeoDb, LatencyTable, Metric, PlaceId, Regions, RowFrom, RowMatch};
+use crate::netrange::RangeMap;
+
+/// The location data of one configuration.
+#[derive(Debug)]
+pub struct World {
+    pub db: Option<GeoDb>,
+    pub regions: Arc<Regions>,
+    pub latency: Option<LatencyTable>,
+    /// `topology.zones`: client networks → zone index.
+    pub topology: RangeMap<usize>,
+    pub zone_names: Vec<String>,
+    /// The region chain of every place of `db`, by place id: geographic routing walks it
+    /// instead of looking codes up per query.
+    chains: Vec<Chain>,
+}
+
+impl World {
+    pub fn new(
+        db: Option<GeoDb>,
+        regions: Arc<Regions>,
+        latency: Option<LatencyTable>,
+        topology: RangeMap<usize>,
+        zone_names: Vec<String>,
+    ) -> World {
+        let chains = db.as_ref().map_or_else(Vec::new, |db| {
+            db.places().all().map(|place| regions.place_chain(place)).collect()
+        });
+        World { db, regions, latency, topology, zone_names, chains }
+    }
+
+    /// Per place id: 1 + the endpoint the first matching code of its chain maps to, or 0.
+    pub fn classes_of(&self, by_region: &ByRegion) -> Vec<u32> {
+        let first = |chain: &Chain| chain.ids().iter().find_map(|&id| by_region.get(id));
+        self.chains.iter().map(|c| first(c).map_or(0, |i| i as u32 + 1)).collect()
+    }
+
+    /// No geo database, no latency table, no topology; the built-in region hierarchy.
+    pub fn empty() -> World {
+        World::new(None, Regions::builtin(), None, RangeMap::default(), Vec::new())
+    }
+
+    /// Looks `addr` up in the geo database: the location and the prefix length of the
+    /// database network that decided it (0 without a database).
+    pub fn locate(&self, addr: IpAddr) -> Located {
+        match &self.db {
+            Some(db) => {
+                let (location, prefix) = db.lookup_scoped(addr);
+                Located { location, prefix }
+            }
+            None => Located { location: None, prefix: 0 },
+        }
+    }
+
+    /// The place of `addr` and the widest block around it at that place (0 bits without a
+    /// database).
+    pub(super) fn place(&self, addr: IpAddr) -> PlaceHit {
+        match &self.db {
+            Some(db) => {
+                let (id, len) = db.places().lookup_id(addr);
+                PlaceHit::Found { id, len }
+            }
+            None => PlaceHit::Known { place: None, len: 0 },
+        }
+    }
+
+    /// The region chain of a place of the database.
+    pub(super) fn chain(&self, place: PlaceId) -> Chain {
+        self.chains[place as usize]
+    }
+}
+
+/// Latency-table regions ranked for one client, nearest first.
+pub type RegionOrder = smallvec::SmallVec<[(usize, Metric); 16]>;
+
+impl World {
+    /// Ranks every latency-table region for `client` into `out` (nearest first; ties keep
+    /// file order) and returns the ECS scope the ranking depended on. Without a latency
+    /// table nothing is ranked and the scope is 0.
+    pub fn region_order(&self, client: &Client, out: &mut RegionOrder) -> u8 {
+        out.clear();
+        let Some(table) = &self.latency else { return 0 };
+        let located = client.located(self);
+        let loc = located.location.as_ref();
+        let row = table.row_for(client.addr, loc);
+        out.extend((0..table.regions().len()).map(|r| (r, table.metric(&row, loc, r))));
+        // Stable, and allocation-free for the handful of regions a table has.
+        out.sort_by_key(|a| a.1);
+        let scope = match row {
+            RowMatch::Cidr { .. } => row.scope(),
+            _ => row.scope().max(located.prefix),
+        };
+        scope.min(client.prefix)
+    }
+
+    pub fn region_name(&self, region: usize) -> &str {
+        self.latency.as_ref().and_then(|t| t.regions().get(region)).map_or("?", |r| r.name.as_str())
+    }
+}
+
+impl World {
+    /// For traces: where the client is and which latency row ranks the regions for it.
+    pub fn describe_latency(&self, client: &Client) -> String {
+        let located = client.located(self);
+        let Some(table) = &self.latency else {
+            return format!("{located}; no latency table");
+        };
+        let row = table.row_for(client.addr, located.location.as_ref());
+        let how = match row.row().map(|r| &table.rows()[r].from) {
+            Some(RowFrom::Cidr(net)) => format!("latency row {net}"),
+            Some(RowFrom::Region(code)) => format!("latency row {code}"),
+            None => "no latency row: great-circle distance".to_string(),
+        };
+        format!("{located}; {how}")
+    }
+}
