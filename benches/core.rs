@@ -28,7 +28,7 @@ fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
 
 fn example(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap();
+    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
     bench_names(
         c,
         &snap,
@@ -52,7 +52,7 @@ fn example(c: &mut Criterion) {
 
 fn bench_names(
     c: &mut Criterion,
-    snap: &steerdns::snapshot::Snapshot,
+    snap: &steerdns::model::snapshot::Snapshot,
     group: &str,
     cases: &[(&str, &str, Option<&str>)],
 ) {
@@ -102,7 +102,7 @@ fn scale(c: &mut Criterion) {
     let nested = "name: n0\nrouting: priority\nendpoints:\n  - { name: c, profile: n1 }\n---\nname: n1\nrouting: weighted\nendpoints:\n  - { name: c, profile: n2 }\n---\nname: n2\nrouting: priority\nendpoints:\n  - { name: c, profile: n3 }\n---\nname: n3\nrouting: weighted\nendpoints:\n  - { name: a, target: 192.0.2.1, always_serve: true }\n  - { name: b, target: 192.0.2.2, always_serve: true }\n";
     std::fs::write(dir.path().join("profiles/big.yaml"), subnet).unwrap();
     std::fs::write(dir.path().join("profiles/nested.yaml"), nested).unwrap();
-    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot;
     bench_names(
         c,
         &snap,

@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use steerdns::health::Status;
+use steerdns::model::health::Status;
 use steerdns::probe::Prober;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -100,7 +100,7 @@ async fn measure_prober(mode: &str, ports: &[u16], probes: usize, interval: u64,
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), mode, ports, probes, interval);
     let t = Instant::now();
-    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot;
     println!("config: {} endpoints loaded in {:?}", snap.endpoint_count(), t.elapsed());
     let cancel = CancellationToken::new();
     let t = Instant::now();

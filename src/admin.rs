@@ -16,10 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::control::Control;
 use crate::explain;
-use crate::health::Status;
+use crate::model::health::Status;
+use crate::model::snapshot::Snapshot;
 use crate::model::{Nested, Profile, Target};
 use crate::routing::{Ctx, status};
-use crate::snapshot::Snapshot;
 use crate::wire::name::WireName;
 
 type Shared = Arc<Control>;

@@ -5,11 +5,11 @@ use std::path::Path;
 
 use crate::config::{self, ConfigErrors};
 use crate::explain::{self, AllHealthy, Explanation};
-use crate::health::Overlay;
+use crate::model::health::Overlay;
 
 /// `steerdns check`: the summary line on success, or every error.
 pub fn check(path: &Path) -> Result<String, ConfigErrors> {
-    let snap = config::load(path, None)?;
+    let snap = config::load(path, None)?.snapshot;
     Ok(format!("ok: {} profiles, {} endpoints", snap.profiles.len(), snap.endpoint_count()))
 }
 
@@ -21,7 +21,7 @@ pub fn explain(
     client: IpAddr,
     down: &[String],
 ) -> anyhow::Result<Explanation> {
-    let snap = config::load(path, None)?;
+    let snap = config::load(path, None)?.snapshot;
     let name = explain::absolute(&snap, name)?;
     let qtype = explain::parse_type(qtype)?;
     let overrides = explain::down_slots(&snap, down)?;

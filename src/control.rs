@@ -9,9 +9,9 @@ use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 
-use crate::config::{self, ConfigErrors};
+use crate::config::{self, ConfigErrors, Loaded, Previous, ReloadCache};
 use crate::metrics::{self, Metrics};
-use crate::snapshot::{Listen, Snapshot};
+use crate::model::snapshot::{Listen, Snapshot};
 
 /// Something that must see a new snapshot before queries do (the prober carries probe
 /// state over into the new health table).
@@ -28,22 +28,29 @@ pub struct Control {
     running_listen: Listen,
     pub shared: Arc<ArcSwap<Snapshot>>,
     pub metrics: Metrics,
-    /// Serialises reloads; never taken by queries. Holds the thread freeing the snapshot
-    /// the last reload replaced.
-    reloading: Mutex<Option<JoinHandle<()>>>,
+    /// Serialises reloads; never taken by queries.
+    reloading: Mutex<Reloading>,
     hooks: Mutex<Vec<ReloadHook>>,
     details: OnceLock<Details>,
     source: OnceLock<Arc<dyn metrics::Source>>,
 }
 
+/// What the reload procedure keeps between reloads.
+struct Reloading {
+    /// What the next load reuses of the running configuration.
+    cache: ReloadCache,
+    /// The thread freeing the snapshot the last reload replaced.
+    retiring: Option<JoinHandle<()>>,
+}
+
 impl Control {
-    pub fn new(config_path: PathBuf, first: Snapshot) -> Control {
+    pub fn new(config_path: PathBuf, first: Loaded) -> Control {
         Control {
             config_path,
-            running_listen: first.listen.clone(),
-            shared: Arc::new(ArcSwap::from_pointee(first)),
+            running_listen: first.snapshot.listen.clone(),
+            shared: Arc::new(ArcSwap::from_pointee(first.snapshot)),
             metrics: Metrics::default(),
-            reloading: Mutex::new(None),
+            reloading: Mutex::new(Reloading { cache: first.cache, retiring: None }),
             hooks: Mutex::new(Vec::new()),
             details: OnceLock::new(),
             source: OnceLock::new(),
@@ -83,15 +90,17 @@ impl Control {
     /// Loads and validates the whole configuration off the query path, then swaps it in
     /// at once. On error the running configuration stays and every error is logged.
     pub fn reload(&self, trigger: &str) -> Result<u64, ConfigErrors> {
-        let mut retiring = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         // At most one replaced snapshot is still being freed while the next one is built.
-        if let Some(previous) = retiring.take() {
+        if let Some(previous) = state.retiring.take() {
             let _ = previous.join();
         }
         let current = self.shared.load_full();
         let started = std::time::Instant::now();
-        let next = match config::load(&self.config_path, Some(&current)) {
-            Ok(next) => next,
+        let previous = Previous { snapshot: &current, cache: &state.cache };
+        let Loaded { snapshot: next, cache } = match config::load(&self.config_path, Some(previous))
+        {
+            Ok(loaded) => loaded,
             Err(errors) => {
                 self.metrics.reload_failures.fetch_add(1, Ordering::Relaxed);
                 for e in &errors.0 {
@@ -111,7 +120,8 @@ impl Control {
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
         self.shared.store(Arc::new(next));
         self.metrics.retire(&current);
-        *retiring = retire_aside(current);
+        state.cache = cache;
+        state.retiring = retire_aside(current);
         self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             trigger,
@@ -122,6 +132,11 @@ impl Control {
             "configuration reloaded"
         );
         Ok(generation)
+    }
+
+    /// The profiles directory of the running configuration.
+    pub fn profiles_dir(&self) -> PathBuf {
+        self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.profiles_dir.clone()
     }
 
     /// Configuration keys whose change needs a restart (listeners are bound once).

@@ -12,10 +12,10 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 
 use crate::dns::responder::{Transport, respond};
-use crate::health::{HealthView, Status};
 use crate::model::Want;
+use crate::model::health::{HealthView, Status};
+use crate::model::snapshot::Snapshot;
 use crate::routing::{self, Client, Ctx};
-use crate::snapshot::Snapshot;
 use crate::wire::Rcode;
 use crate::wire::name::WireName;
 

@@ -14,17 +14,14 @@ pub mod dns;
 pub mod explain;
 pub mod geo;
 pub mod hash;
-pub mod health;
 pub mod metrics;
 pub mod model;
 pub mod netrange;
 pub mod probe;
 pub mod routing;
 pub mod server;
-pub mod snapshot;
 pub mod watch;
 pub mod wire;
-pub mod zone;
 
 /// The hash map of everything looked up per query: keys are short names and codes from the
 /// configuration, so a fast non-cryptographic hash with a per-process random seed.

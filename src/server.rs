@@ -13,8 +13,8 @@ use crate::admin;
 use crate::config::{self, ConfigErrors};
 use crate::control::Control;
 use crate::dns::{tcp, udp};
+use crate::model::snapshot::{Listen, Snapshot};
 use crate::probe::{self, Prober};
-use crate::snapshot::{Listen, Snapshot};
 use crate::watch;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,10 +42,10 @@ impl Server {
     /// TCP on the same port; port 0 picks a free one), the admin API when configured, and
     /// the file watcher. Must run inside a tokio runtime.
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
-        let snap = config::load(config_path, None)?;
+        let loaded = config::load(config_path, None)?;
         crate::control::release_free_memory();
-        let listen = snap.listen.clone();
-        let control = Arc::new(Control::new(config_path.to_path_buf(), snap));
+        let listen = loaded.snapshot.listen.clone();
+        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded));
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
         let prober = Arc::new(Prober::start(&control.snapshot(), cancel.clone()));

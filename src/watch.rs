@@ -21,7 +21,7 @@ pub fn spawn(
     cancel: CancellationToken,
 ) -> notify::Result<RecommendedWatcher> {
     let config = absolute(&control.config_path);
-    let profiles = absolute(&control.snapshot().profiles_dir);
+    let profiles = absolute(&control.profiles_dir());
     let (tx, rx) = mpsc::unbounded_channel();
     let (cfg, dir) = (config.clone(), profiles.clone());
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {

@@ -48,7 +48,7 @@ fn query(name: &str, rtype: RecordType, ecs: Option<&str>) -> Vec<u8> {
 #[test]
 fn responder_allocates_nothing_per_query() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap();
+    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
     let queries = [
         query("www.tm.example.test.", RecordType::A, None),
         query("api.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),

@@ -202,23 +202,23 @@ fn valid_config_builds_a_snapshot() {
         )],
     );
     let snap = config::load(&path, None).unwrap();
-    assert_eq!((snap.profiles.len(), snap.endpoint_count()), (2, 2));
-    let zone = &snap.zones[0];
+    assert_eq!((snap.snapshot.profiles.len(), snap.snapshot.endpoint_count()), (2, 2));
+    let zone = &snap.snapshot.zones[0];
     assert!(zone.serial > 1_700_000_000, "serial is the load time");
     // `y.tm.example.test.` is an empty non-terminal above x.y.
     let ent = steerdns::wire::name::WireName::parse("y.tm.example.test.").unwrap();
     assert!(zone.node(ent.as_bytes()).is_some_and(|n| n.rrsets.is_empty() && n.profile.is_none()));
     // Reloading unchanged content keeps the serial; a change makes it grow.
-    let again = config::load(&path, Some(&snap)).unwrap();
-    assert_eq!(again.zones[0].serial, zone.serial);
-    assert_eq!(again.generation, snap.generation + 1);
+    let again = config::load(&path, Some(snap.previous())).unwrap();
+    assert_eq!(again.snapshot.zones[0].serial, zone.serial);
+    assert_eq!(again.snapshot.generation, snap.snapshot.generation + 1);
     std::fs::write(
         dir.path().join("profiles/p.yaml"),
         "name: www\nrouting: priority\nendpoints: []\n",
     )
     .unwrap();
-    let changed = config::load(&path, Some(&again)).unwrap();
-    assert!(changed.zones[0].serial > zone.serial);
+    let changed = config::load(&path, Some(again.previous())).unwrap();
+    assert!(changed.snapshot.zones[0].serial > zone.serial);
 }
 
 #[test]
@@ -232,12 +232,15 @@ fn a_change_to_method_rules_alone_bumps_the_zone_serial() {
     };
     let path = setup(dir.path(), SERVER, &[("p.yaml", &geo("a"))]);
     let first = config::load(&path, None).unwrap();
-    let same = config::load(&path, Some(&first)).unwrap();
-    assert_eq!(same.zones[0].serial, first.zones[0].serial, "nothing changed");
+    let same = config::load(&path, Some(first.previous())).unwrap();
+    assert_eq!(same.snapshot.zones[0].serial, first.snapshot.zones[0].serial, "nothing changed");
     // Same endpoints, names and addresses; only which endpoint FR maps to.
     std::fs::write(dir.path().join("profiles/p.yaml"), geo("b")).unwrap();
-    let swapped = config::load(&path, Some(&same)).unwrap();
-    assert!(swapped.zones[0].serial > first.zones[0].serial, "geo mapping change");
+    let swapped = config::load(&path, Some(same.previous())).unwrap();
+    assert!(
+        swapped.snapshot.zones[0].serial > first.snapshot.zones[0].serial,
+        "geo mapping change"
+    );
 }
 
 fn check(dir: &Path) -> (i32, String) {
@@ -278,7 +281,7 @@ fn shipped_example_config_is_valid() {
 
 /// Each profile as text, nested children by name: equal for equal configurations
 /// whatever their ids.
-fn profiles_text(snap: &steerdns::snapshot::Snapshot) -> Vec<String> {
+fn profiles_text(snap: &steerdns::model::snapshot::Snapshot) -> Vec<String> {
     use steerdns::model::Target;
     snap.profiles
         .iter()
@@ -297,7 +300,7 @@ fn profiles_text(snap: &steerdns::snapshot::Snapshot) -> Vec<String> {
 }
 
 /// The located errors of a load that must fail (without printing a whole snapshot if not).
-fn rejected(path: &Path, previous: Option<&steerdns::snapshot::Snapshot>) -> Vec<String> {
+fn rejected(path: &Path, previous: Option<config::Previous<'_>>) -> Vec<String> {
     match config::load(path, previous) {
         Ok(_) => panic!("the configuration should be rejected"),
         Err(e) => common::located(&e),
@@ -318,14 +321,18 @@ fn a_reload_takes_over_unchanged_files_and_renumbers_their_children() {
     std::fs::write(dir.path().join("profiles/0.yaml"), early).unwrap();
     std::fs::write(dir.path().join("profiles/b.yaml"), LEAF.replace("192.0.2.1", "192.0.2.2"))
         .unwrap();
-    let reloaded = config::load(&path, Some(&first)).unwrap();
+    let reloaded = config::load(&path, Some(first.previous())).unwrap();
     let fresh = config::load(&path, None).unwrap();
-    assert_eq!(profiles_text(&reloaded), profiles_text(&fresh));
-    assert!(profiles_text(&reloaded)[2].contains("192.0.2.2"), "{:#?}", profiles_text(&reloaded));
+    assert_eq!(profiles_text(&reloaded.snapshot), profiles_text(&fresh.snapshot));
+    assert!(
+        profiles_text(&reloaded.snapshot)[2].contains("192.0.2.2"),
+        "{:#?}",
+        profiles_text(&reloaded.snapshot)
+    );
     // Nothing changed: everything is taken over, and still equal.
-    let again = config::load(&path, Some(&reloaded)).unwrap();
-    assert_eq!(profiles_text(&again), profiles_text(&fresh));
-    assert_eq!(again.zones[0].serial, reloaded.zones[0].serial);
+    let again = config::load(&path, Some(reloaded.previous())).unwrap();
+    assert_eq!(profiles_text(&again.snapshot), profiles_text(&fresh.snapshot));
+    assert_eq!(again.snapshot.zones[0].serial, reloaded.snapshot.zones[0].serial);
 }
 
 #[test]
@@ -334,7 +341,7 @@ fn errors_after_a_takeover_are_those_of_a_fresh_load() {
     let path = setup(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
     let first = config::load(&path, None).unwrap();
     let both = |label: &str| {
-        let (reloaded, fresh) = (rejected(&path, Some(&first)), rejected(&path, None));
+        let (reloaded, fresh) = (rejected(&path, Some(first.previous())), rejected(&path, None));
         assert_eq!(reloaded, fresh, "{label}");
         reloaded
     };
@@ -374,7 +381,7 @@ fn large_file(f: usize) -> String {
 }
 
 /// Three files of 1000 profiles each, loaded.
-fn large_configuration(dir: &Path) -> (std::path::PathBuf, steerdns::snapshot::Snapshot) {
+fn large_configuration(dir: &Path) -> (std::path::PathBuf, config::Loaded) {
     let files: Vec<(String, String)> =
         (0..3).map(|f| (format!("{f}.yaml"), large_file(f))).collect();
     let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
@@ -388,11 +395,11 @@ fn a_large_configuration_loads_and_reloads_identically() {
     // Enough profiles for several builder threads.
     let dir = tempfile::tempdir().unwrap();
     let (path, first) = large_configuration(dir.path());
-    assert_eq!(first.profiles.len(), 3000);
-    let texts = profiles_text(&first);
+    assert_eq!(first.snapshot.profiles.len(), 3000);
+    let texts = profiles_text(&first.snapshot);
     assert!(texts[1504].contains("n->p1503."), "{}", texts[1504]);
-    let again = config::load(&path, Some(&first)).unwrap();
-    assert_eq!(profiles_text(&again), texts);
+    let again = config::load(&path, Some(first.previous())).unwrap();
+    assert_eq!(profiles_text(&again.snapshot), texts);
     // Errors early and late keep their order; a reload finds the same ones.
     let bad = large_file(2).replace("profile: p2500 ", "profile: nowhere ");
     std::fs::write(dir.path().join("profiles/2.yaml"), bad).unwrap();
@@ -402,7 +409,7 @@ fn a_large_configuration_loads_and_reloads_identically() {
     )
     .unwrap();
     let fresh = rejected(&path, None);
-    assert_eq!(rejected(&path, Some(&first)), fresh);
+    assert_eq!(rejected(&path, Some(first.previous())), fresh);
     assert_eq!(fresh.len(), 2, "{fresh:#?}");
     assert!(fresh[0].starts_with("0.yaml:4:24: target \"x192.0.2.1\""), "{fresh:#?}");
     assert!(fresh[1].contains("nested profile nowhere."), "{fresh:#?}");
@@ -418,7 +425,7 @@ fn name_errors_are_found_on_every_thread() {
     let text = format!("{}---\n{}", large_file(2), extra.join("---\n"));
     std::fs::write(dir.path().join("profiles/2.yaml"), text).unwrap();
     let fresh = rejected(&path, None);
-    assert_eq!(rejected(&path, Some(&first)), fresh);
+    assert_eq!(rejected(&path, Some(first.previous())), fresh);
     assert_eq!(fresh.len(), 2, "{fresh:#?}");
     assert!(fresh[0].starts_with("2.yaml:") && fresh[0].contains("two profiles are named p1."));
     assert!(fresh[1].contains("elsewhere.example. is outside every zone"), "{fresh:#?}");
@@ -440,11 +447,11 @@ fn edits_inside_a_file_reload_like_a_fresh_load() {
         }
     }
     std::fs::write(dir.path().join("profiles/1.yaml"), edited.join("---\n")).unwrap();
-    let reloaded = config::load(&path, Some(&first)).unwrap();
+    let reloaded = config::load(&path, Some(first.previous())).unwrap();
     let fresh = config::load(&path, None).unwrap();
-    assert_eq!(profiles_text(&reloaded), profiles_text(&fresh));
-    assert!(profiles_text(&fresh).iter().any(|t| t.contains("192.0.2.77")));
-    assert_eq!(fresh.profiles.len(), 3000);
+    assert_eq!(profiles_text(&reloaded.snapshot), profiles_text(&fresh.snapshot));
+    assert!(profiles_text(&fresh.snapshot).iter().any(|t| t.contains("192.0.2.77")));
+    assert_eq!(fresh.snapshot.profiles.len(), 3000);
 }
 
 #[test]
@@ -460,7 +467,7 @@ fn an_error_in_an_unchanged_document_names_its_line_after_lines_moved() {
     let edited = format!("{}---\n", "# comment\n".repeat(9))
         + &before.replace("name: p1505\n", "name: p1505x\n");
     std::fs::write(dir.path().join("profiles/1.yaml"), &edited).unwrap();
-    let reloaded = rejected(&path, Some(&first));
+    let reloaded = rejected(&path, Some(first.previous()));
     assert_eq!(reloaded, rejected(&path, None));
     let want = format!("1.yaml:{}:25: nested profile p1505.", at + 10);
     assert!(reloaded.iter().any(|e| e.starts_with(&want)), "{want} in {reloaded:#?}");

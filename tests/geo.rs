@@ -886,7 +886,7 @@ fn geo_config(dir: &Path, db: Option<&Path>, profiles: &str) -> PathBuf {
 /// Routes an A query for `client` at profile `pid`: the first endpoint's name (`None` for
 /// NODATA) and the ECS scope.
 fn decide(
-    snap: &steerdns::snapshot::Snapshot,
+    snap: &steerdns::model::snapshot::Snapshot,
     pid: usize,
     client: &steerdns::routing::Client,
 ) -> (Option<String>, u8) {
@@ -922,7 +922,9 @@ fn compiled_geographic_mappings_answer_as_the_region_chain_does() {
             profiles.push_str(&ep);
         }
     }
-    let snap = steerdns::config::load(&geo_config(dir.path(), Some(&db), &profiles), None).unwrap();
+    let snap = steerdns::config::load(&geo_config(dir.path(), Some(&db), &profiles), None)
+        .unwrap()
+        .snapshot;
     let geo = GeoDb::open(&db).unwrap();
     // Every network of the sample database, both families, and space around them.
     let mut addrs: Vec<IpAddr> = Vec::new();
@@ -961,11 +963,11 @@ fn a_reload_without_the_geo_database_drops_the_compiled_mapping() {
     let paris = steerdns::geo::Client::new(ip("192.0.2.1"), 32);
     let path = geo_config(dir.path(), Some(&db), profiles);
     let with_db = steerdns::config::load(&path, None).unwrap();
-    assert_eq!(decide(&with_db, 0, &paris), (Some("fr".to_string()), 25));
+    assert_eq!(decide(&with_db.snapshot, 0, &paris), (Some("fr".to_string()), 25));
     geo_config(dir.path(), None, profiles);
-    let without = steerdns::config::load(&path, Some(&with_db)).unwrap();
+    let without = steerdns::config::load(&path, Some(with_db.previous())).unwrap();
     assert_eq!(
-        decide(&without, 0, &paris),
+        decide(&without.snapshot, 0, &paris),
         (Some("world".to_string()), 0),
         "no database: client unknown"
     );

@@ -780,7 +780,8 @@ fn location_profiles_fixture_is_valid() {
     let dir = tempfile::tempdir().unwrap();
     write_location_config(dir.path(), &location_profiles());
     let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+        .snapshot;
     assert!(snap.profiles.len() >= 15, "{} profiles", snap.profiles.len());
     assert!(Path::new(&dir.path().join("data/city.mmdb")).is_file());
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
-use steerdns::health::{HealthView, Status};
+use steerdns::model::health::{HealthView, Status};
 use steerdns::probe::EndpointState;
 use steerdns::server::Server;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -29,7 +29,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::diag::{ConfigError, ConfigErrors};
 pub use profiles::compute_families;
-pub use reuse::ProfileFile;
 
 use crate::diag::{self, Sink, from_yaml};
 use files::Doc;
@@ -37,15 +36,45 @@ use raw::RawServer;
 use reuse::Reuse;
 
 use crate::geo::World;
-use crate::health::{HealthTable, Status};
+use crate::model::health::{HealthTable, Status};
+use crate::model::snapshot::{Listen, Snapshot};
+use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
-use crate::snapshot::{Listen, Snapshot};
-use crate::zone::{Zone, next_serial};
 
-/// Loads and validates the configuration at `path`. `previous` (the snapshot being
+/// What a load produced: the snapshot to serve, and what the next reload reuses.
+#[derive(Debug)]
+pub struct Loaded {
+    pub snapshot: Snapshot,
+    pub cache: ReloadCache,
+}
+
+impl Loaded {
+    /// This load as the previous one of a reload.
+    pub fn previous(&self) -> Previous<'_> {
+        Previous { snapshot: &self.snapshot, cache: &self.cache }
+    }
+}
+
+/// What a reload needs of the load before it, besides its snapshot: the profiles directory
+/// (which the file watcher watches) and each profile file read, with the profiles it gave,
+/// so that the reload can take over the unchanged ones.
+#[derive(Debug, Default)]
+pub struct ReloadCache {
+    pub profiles_dir: PathBuf,
+    files: Vec<reuse::ProfileFile>,
+}
+
+/// The configuration a reload replaces.
+#[derive(Clone, Copy, Debug)]
+pub struct Previous<'a> {
+    pub snapshot: &'a Snapshot,
+    pub cache: &'a ReloadCache,
+}
+
+/// Loads and validates the configuration at `path`. `previous` (the configuration being
 /// replaced, if any) keeps zone serials growing only when content changed, and lends the
 /// profiles of documents that did not change (see `reuse`).
-pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigErrors> {
+pub fn load(path: &Path, previous: Option<Previous<'_>>) -> Result<Loaded, ConfigErrors> {
     match load_with(path, previous, true) {
         // Taken-over profiles have no positions: find the errors again from the files.
         Err(Failed { reused: true, .. }) => load_with(path, previous, false),
@@ -68,9 +97,9 @@ impl From<ConfigErrors> for Failed {
 
 fn load_with(
     path: &Path,
-    previous: Option<&Snapshot>,
+    previous: Option<Previous<'_>>,
     allow_reuse: bool,
-) -> Result<Snapshot, Failed> {
+) -> Result<Loaded, Failed> {
     let mut errors = Vec::new();
     let text = diag::read_file(path)?;
     let raw: RawServer =
@@ -79,6 +108,7 @@ fn load_with(
     let (listen, mut zones, world, profiles_dir) =
         server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
+    let previous = previous.map(|p| p.snapshot);
     let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &mut errors);
     let reused = sources.iter().any(|s| matches!(s.doc, Doc::Reused(_)));
     let prev = previous.map_or(&[][..], |p| p.profiles.as_slice());
@@ -97,14 +127,13 @@ fn load_with(
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     geographic::compile(&world, &mut profiles);
     set_serials(&mut zones, &profiles, previous);
-    let mut snap = Snapshot::new(listen, zones, profiles, health, Arc::new(world), profiles_dir);
-    snap.generation = previous.map_or(1, |p| p.generation + 1);
-    snap.profile_files = files;
+    let mut snapshot = Snapshot::new(listen, zones, profiles, health, Arc::new(world));
+    snapshot.generation = previous.map_or(1, |p| p.generation + 1);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
         let _ = d.join();
     }
-    Ok(snap)
+    Ok(Loaded { snapshot, cache: ReloadCache { profiles_dir, files } })
 }
 
 /// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles), the

@@ -17,9 +17,9 @@ use super::zones::parse_name;
 use crate::diag::{ConfigError, Pos, Sink};
 use crate::geo::World;
 use crate::hash::hash_str;
+use crate::model::zone::Zone;
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Rules, Target};
 use crate::wire::name::WireName;
-use crate::zone::Zone;
 
 /// Deepest allowed chain of nested profiles.
 pub const MAX_NESTING: usize = 10;

@@ -15,11 +15,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::Previous;
 use crate::geo::World;
+use crate::model::snapshot::Snapshot;
+use crate::model::zone::Zone;
 use crate::model::{Profile, Target};
-use crate::snapshot::Snapshot;
 use crate::wire::name::WireName;
-use crate::zone::Zone;
 
 /// One profile file of a loaded snapshot: its content's identity and the ids of the
 /// profiles it produced.
@@ -64,9 +65,9 @@ pub struct Reuse<'a> {
 
 impl<'a> Reuse<'a> {
     /// `None` when anything a profile's validation reads besides its own file changed.
-    pub fn new(prev: &'a Snapshot, zones: &[Zone], world: &World) -> Option<Reuse<'a>> {
-        same_context(prev, zones, world).then(|| Reuse {
-            files: prev.profile_files.iter().map(|f| (f.path.as_path(), f)).collect(),
+    pub fn new(prev: Previous<'a>, zones: &[Zone], world: &World) -> Option<Reuse<'a>> {
+        same_context(prev.snapshot, zones, world).then(|| Reuse {
+            files: prev.cache.files.iter().map(|f| (f.path.as_path(), f)).collect(),
         })
     }
 
@@ -141,9 +142,10 @@ mod tests {
         };
         std::fs::write(profiles.join("a.yaml"), doc("a", "priority")).unwrap();
         std::fs::write(profiles.join("b.yaml"), b("priority", "")).unwrap();
-        let snap = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+        let loaded = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+        let snap = &loaded.snapshot;
         std::fs::write(profiles.join("b.yaml"), b("weighted", "# edited\n")).unwrap();
-        let reuse = Reuse::new(&snap, &snap.zones, &snap.world).expect("same context");
+        let reuse = Reuse::new(loaded.previous(), &snap.zones, &snap.world).expect("same context");
         let mut errors = Vec::new();
         let (sources, _) = read_dir(&profiles, Some(&reuse), &mut errors);
         assert!(errors.is_empty(), "{errors:?}");

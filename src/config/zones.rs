@@ -12,9 +12,9 @@ use super::check::int_or;
 use super::raw::{RawZone, S};
 use crate::FastMap;
 use crate::diag::{Pos, Sink};
+use crate::model::zone::{Node, RrSet, Soa, Zone};
 use crate::wire::Rtype;
 use crate::wire::name::WireName;
-use crate::zone::{Node, RrSet, Soa, Zone};
 
 const MAX_TTL: i64 = 2_147_483_647;
 

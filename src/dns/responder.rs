@@ -4,17 +4,16 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use arrayvec::ArrayVec;
 use rand::Rng;
 
-use crate::health::HealthView;
-use crate::model::{Target, Want};
-use crate::routing::{self, Client, Ctx, Decision, MAX_ANSWERS};
-use crate::snapshot::Snapshot;
+use crate::model::health::HealthView;
+use crate::model::snapshot::Snapshot;
+use crate::model::zone::{Node, Zone};
+use crate::model::{Outcome, Target, Want};
+use crate::routing::{self, Client, Ctx, Decision};
 use crate::wire::request::{self, Ecs, Parsed, Request};
 use crate::wire::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
 use crate::wire::{Rcode, Rtype};
-use crate::zone::{Node, Zone};
 
 /// Offset of the question name in every message.
 const QNAME_AT: usize = 12;
@@ -24,23 +23,6 @@ const QNAME_AT: usize = 12;
 pub enum Transport {
     Udp,
     Tcp,
-}
-
-/// What was asked and answered, for metrics: the shell counts it after the reply is sent,
-/// so the responder itself stays free of side effects.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
-    /// Zone index, when the name is in one of ours.
-    pub zone: Option<usize>,
-    /// Profile index, when the name is a profile.
-    pub profile: Option<usize>,
-    pub qtype: Rtype,
-    /// Full (extended) RCODE of the reply.
-    pub rcode: Rcode,
-    /// The query carried an EDNS Client Subnet option.
-    pub ecs: bool,
-    /// Health slots of the endpoints in the answer.
-    pub endpoints: ArrayVec<usize, MAX_ANSWERS>,
 }
 
 /// Answers `query` from `src` into `out`. `None` when the packet gets no reply.

@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::responder::{Transport, respond};
-use crate::snapshot::Snapshot;
+use crate::model::snapshot::Snapshot;
 
 /// Connections served at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 1024;

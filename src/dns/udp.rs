@@ -19,8 +19,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
 use super::responder::{Transport, respond};
-use crate::metrics::Tally;
-use crate::snapshot::Snapshot;
+use crate::model::Tally;
+use crate::model::snapshot::Snapshot;
 
 /// Packets taken per system call.
 const BATCH: usize = 32;

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 use super::check::Reason;
 use super::plan::{ProbeKey, User};
 use super::state::Machine;
-use crate::health::{HealthTable, Status};
 use crate::model::Protocol;
+use crate::model::health::{HealthTable, Status};
 
 /// The outcome of the most recent run of a probe.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,8 +34,8 @@ pub use plan::{ProbeKey, ProbeTarget};
 pub use report::{attach, details};
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
 
-use crate::health::{HealthTable, HealthView, Status};
-use crate::snapshot::Snapshot;
+use crate::model::health::{HealthTable, HealthView, Status};
+use crate::model::snapshot::Snapshot;
 use check::{Check, Clients};
 use live::{KINDS, Live, Users, protocol_name};
 use plan::{Placed, Plan, User};

@@ -13,8 +13,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::model::snapshot::Snapshot;
 use crate::model::{Endpoint, Monitor, Profile, Target};
-use crate::snapshot::Snapshot;
 use crate::wire::name::WireName;
 
 /// What a probe connects to: an address, or a host name resolved on every run.
@@ -234,7 +234,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.path().join("profiles/p.yaml"), profiles).unwrap();
-        crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap()
+        crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot
     }
 
     #[test]

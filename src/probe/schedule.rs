@@ -201,8 +201,8 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::health::{HealthTable, HealthView, Status};
     use crate::model::Monitor;
+    use crate::model::health::{HealthTable, HealthView, Status};
     use crate::probe::live::Users;
     use crate::probe::plan::{ProbeTarget, User};
 

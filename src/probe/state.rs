@@ -5,7 +5,7 @@
 //! success brings it back. Failures below the threshold leave the status alone, so a
 //! flapping backend does not flap the answers.
 
-use crate::health::Status;
+use crate::model::health::Status;
 
 /// A status transition caused by one probe result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

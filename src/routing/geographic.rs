@@ -3,7 +3,7 @@
 //! matching code answers. A Stopped match, or no match, answers NODATA.
 
 use crate::geo::{ByRegion, Classes};
-use crate::health::{HealthView, Status};
+use crate::model::health::{HealthView, Status};
 use crate::model::{Compiled, Endpoint, Profile, Want};
 
 use super::status::endpoint_status;
@@ -89,7 +89,7 @@ fn nodata<H: HealthView + ?Sized>(
 #[cfg(test)]
 mod tests {
     use crate::geo::{ByRegion, Regions};
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Rules, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Query, route};

@@ -6,7 +6,7 @@
 use rand::Rng;
 use smallvec::SmallVec;
 
-use crate::health::HealthView;
+use crate::model::health::HealthView;
 use crate::model::{Group, Profile};
 
 use super::dial::{self, Plan};
@@ -113,7 +113,7 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
             ep.enabled && ep.can_answer(q.want, ctx.profiles)
         })
         .map(|index| Candidate { index, status: endpoint_status(ctx, &profile.endpoints[index]) })
-        .filter(|c| c.status == crate::health::Status::Degraded || c.status.is_serving())
+        .filter(|c| c.status == crate::model::health::Status::Degraded || c.status.is_serving())
         .collect();
     if cands.is_empty() {
         return Pick::NoData(scope);
@@ -166,7 +166,7 @@ fn trace_plan(
 mod tests {
     use std::collections::HashMap;
 
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Group, Method, Rules, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Query, route};

@@ -23,13 +23,11 @@ use rand::Rng;
 use smallvec::SmallVec;
 
 use crate::geo::World;
-use crate::health::{HealthView, Status};
+use crate::model::health::{HealthView, Status};
 use crate::model::{Endpoint, Profile, ProfileId, Rules, Target, Want};
 
-/// Most records one routing decision returns (multivalue's `max_return` is at most 10).
-pub const MAX_ANSWERS: usize = 10;
-
 pub use crate::geo::Client;
+pub use crate::model::MAX_ANSWERS;
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {

@@ -23,7 +23,7 @@ pub fn pick<'a, R: Rng + ?Sized>(
 mod tests {
     use std::collections::HashMap;
 
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Client, Decision, Query, route};

@@ -5,8 +5,8 @@
 
 use smallvec::SmallVec;
 
-use crate::health::HealthView;
 use crate::model::Profile;
+use crate::model::health::HealthView;
 
 use super::weighted::sticky_pick;
 use super::{Candidate, Ctx, Pick, Query, eligible};
@@ -52,7 +52,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
 mod tests {
     use std::collections::HashSet;
 
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Rules, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Query, route};

@@ -15,7 +15,7 @@ pub fn pick(profile: &Profile, eligible: &[Candidate]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Client, Decision, Query, route};

@@ -1,7 +1,7 @@
 //! Endpoint statuses as routing sees them, including the status a parent derives for a
 //! nested endpoint from its child profile (contract §5, after Azure Traffic Manager).
 
-use crate::health::{HealthView, Status};
+use crate::model::health::{HealthView, Status};
 use crate::model::{Endpoint, Nested, Target};
 
 use super::Ctx;
@@ -52,7 +52,7 @@ pub fn child_status<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, n: &Nested) -> Stat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Overlay;
+    use crate::model::health::Overlay;
     use crate::routing::testkit::*;
 
     /// Child "c" with endpoints c1 (v4), c2 (v4), c3 (v6); parent "p" nests it.

@@ -2,8 +2,8 @@
 //! fallback endpoint (the one without `subnets`); without one, NODATA. Lookup is a binary
 //! search over non-overlapping ranges, as fast with 100k ranges as with 10.
 
-use crate::health::HealthView;
 use crate::model::Profile;
+use crate::model::health::HealthView;
 use crate::netrange::RangeMap;
 
 use super::status::endpoint_status;
@@ -54,7 +54,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Rules, Want};
     use crate::netrange::{Range, RangeMap};
     use crate::routing::testkit::*;

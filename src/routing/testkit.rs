@@ -3,7 +3,7 @@
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::health::{HealthTable, Status};
+use crate::model::health::{HealthTable, Status};
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Target};
 use crate::wire::name::WireName;
 

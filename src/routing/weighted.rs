@@ -126,7 +126,7 @@ fn rendezvous(
 mod tests {
     use std::collections::HashMap;
 
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Client, Decision, Query, route};

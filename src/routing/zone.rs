@@ -6,8 +6,8 @@
 use rand::Rng;
 use smallvec::SmallVec;
 
-use crate::health::HealthView;
 use crate::model::Profile;
+use crate::model::health::HealthView;
 
 use super::weighted::choose;
 use super::{Candidate, Ctx, Pick, Query, eligible};
@@ -49,7 +49,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
 mod tests {
     use std::collections::HashSet;
 
-    use crate::health::Status;
+    use crate::model::health::Status;
     use crate::model::{Method, Rules, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Client, Query, route};

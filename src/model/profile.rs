@@ -13,6 +13,9 @@ use crate::wire::name::WireName;
 /// Index of a profile in `Snapshot::profiles`.
 pub type ProfileId = usize;
 
+/// Most records one routing decision returns (multivalue's `max_return` is at most 10).
+pub const MAX_ANSWERS: usize = 10;
+
 /// How a profile chooses among its endpoints (contract §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {

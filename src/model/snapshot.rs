@@ -4,17 +4,15 @@
 //! never sees a half-applied reload.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::counters::QueryCounters;
+use super::health::HealthTable;
+use super::profile::Profile;
+use super::zone::Zone;
 use crate::FastMap;
-use crate::config::ProfileFile;
 use crate::geo::World;
-use crate::health::HealthTable;
-use crate::metrics::QueryCounters;
-use crate::model::Profile;
 use crate::wire::name::{WireName, suffix_offset};
-use crate::zone::Zone;
 
 /// Where the server listens (from `listen:`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,11 +37,6 @@ pub struct Snapshot {
     pub world: Arc<World>,
     /// Query-path counters for this configuration's profiles, zones and endpoints.
     pub counters: QueryCounters,
-    /// The `profiles:` directory, for the file watcher.
-    pub profiles_dir: PathBuf,
-    /// Each profile file read and the profiles it gave, so that the next reload can take
-    /// over the unchanged ones.
-    pub profile_files: Vec<ProfileFile>,
 }
 
 impl Snapshot {
@@ -53,22 +46,10 @@ impl Snapshot {
         profiles: Vec<Profile>,
         health: Arc<HealthTable>,
         world: Arc<World>,
-        profiles_dir: PathBuf,
     ) -> Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
         let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
-        Snapshot {
-            generation: 0,
-            listen,
-            zones,
-            zone_index,
-            profiles,
-            health,
-            world,
-            counters,
-            profiles_dir,
-            profile_files: Vec::new(),
-        }
+        Snapshot { generation: 0, listen, zones, zone_index, profiles, health, world, counters }
     }
 
     /// The zone holding `qname` (lower-case wire format): the longest matching origin, as

@@ -1,0 +1,16 @@
+//! The immutable model the query path reads: profiles and their endpoints, zones and their
+//! records, endpoint statuses, and the snapshot that bundles one configuration with its
+//! health table and query counters. Built by `config`, read by `routing` and the responder,
+//! never changed after a load (statuses and counters are atomics).
+
+pub mod counters;
+pub mod health;
+pub mod profile;
+pub mod snapshot;
+pub mod zone;
+
+pub use counters::{Outcome, QueryCounters, Tally};
+pub use health::{HealthTable, HealthView, Status};
+pub use profile::*;
+pub use snapshot::{Listen, Snapshot};
+pub use zone::Zone;
