@@ -13,7 +13,7 @@ use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
-use steerdns::dns::responder::{Transport, respond};
+use steerdns::responder::{Transport, respond};
 
 fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
     let mut m = Message::query();

@@ -4,8 +4,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use crate::config::{self, ConfigErrors};
-use crate::explain::{self, AllHealthy, Explanation};
 use crate::model::health::Overlay;
+use crate::responder::explain::{self, AllHealthy, Explanation};
 
 /// `steerdns check`: the summary line on success, or every error.
 pub fn check(path: &Path) -> Result<String, ConfigErrors> {

@@ -5,22 +5,17 @@
 //! and an imperative shell — `dns::udp`, `dns::tcp` and `server` — that only moves data in
 //! and out of it. `main.rs` is a thin CLI over `commands`.
 
-pub mod admin;
 pub mod commands;
 pub mod config;
-pub mod control;
 pub mod diag;
-pub mod dns;
-pub mod explain;
 pub mod geo;
 pub mod hash;
-pub mod metrics;
 pub mod model;
 pub mod netrange;
 pub mod probe;
+pub mod responder;
 pub mod routing;
 pub mod server;
-pub mod watch;
 pub mod wire;
 
 /// The hash map of everything looked up per query: keys are short names and codes from the

@@ -615,8 +615,9 @@ async fn admin_details_and_metrics_show_probe_results() {
     .await;
     s.wait_status("www", "a", Status::Degraded).await;
     let control = s.server.control();
+    use steerdns::server::admin::probes::endpoint_details as details;
     let a =
-        serde_json::Value::Object(control.endpoint_details("www.tm.example.test.", "a").unwrap());
+        serde_json::Value::Object(details(&control.prober, "www.tm.example.test.", "a").unwrap());
     assert_eq!(a["probed"], true);
     assert_eq!(a["last_probe"]["ok"], false);
     assert_eq!(a["last_probe"]["result"], "refused");
@@ -626,13 +627,13 @@ async fn admin_details_and_metrics_show_probe_results() {
     assert_eq!(a["last_change"]["to"], "degraded");
     assert!(a["probe_results"]["refused"].as_u64().unwrap() >= 1, "{a}");
     let b =
-        serde_json::Value::Object(control.endpoint_details("www.tm.example.test.", "b").unwrap());
+        serde_json::Value::Object(details(&control.prober, "www.tm.example.test.", "b").unwrap());
     assert_eq!(
         (&b["probed"], &b["last_probe"]),
         (&serde_json::json!(false), &serde_json::Value::Null)
     );
 
-    let text = steerdns::metrics::render(control);
+    let text = steerdns::server::admin::metrics::render(control, &control.prober);
     for want in [
         "steerdns_probe_results_total{profile=\"www.tm.example.test.\",endpoint=\"a\",result=\"refused\"}",
         "steerdns_probes 1",

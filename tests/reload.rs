@@ -173,11 +173,11 @@ async fn soa_serial(h: &Harness) -> u32 {
 }
 
 fn reload_failures(h: &Harness) -> u64 {
-    h.server().control().metrics.reload_failures.load(Ordering::Relaxed)
+    h.server().control().totals.reload_failures.load(Ordering::Relaxed)
 }
 
 fn reloads(h: &Harness) -> u64 {
-    h.server().control().metrics.reloads.load(Ordering::Relaxed)
+    h.server().control().totals.reloads.load(Ordering::Relaxed)
 }
 
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

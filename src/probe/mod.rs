@@ -1,19 +1,18 @@
 //! The health prober: runs one task per distinct probe and publishes endpoint statuses
-//! into the health table the query path reads (contract §5, §7).
+//! into the health table the query path reads (rules in `docs/probing.md`).
 //!
 //! `plan` decides which probes a snapshot needs, `check` does one probe (over `http`, a
 //! lean HTTP/1.1 GET, and `tls`, the shared TLS client configurations), `state` is the
 //! pure status machine, `live` holds a running probe's state and publishes it, and
 //! `schedule` is each probe's loop. `Prober` ties them together across reloads: `adopt`
 //! keeps probes whose definition did not change (state and phase included), stops the ones
-//! no longer used and starts new ones in `checking`. `report` connects it to the reload
-//! procedure, the admin API and the metrics.
+//! no longer used and starts new ones in `checking`. The server calls `adopt` on every
+//! reload; the admin API reads `endpoint_states`, `stats` and `durations`.
 
 pub mod check;
 mod http;
 mod live;
 pub mod plan;
-mod report;
 mod schedule;
 pub mod state;
 mod tls;
@@ -31,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 pub use check::Reason;
 pub use live::{ProbeResult, StatusChange};
 pub use plan::{ProbeKey, ProbeTarget};
-pub use report::{attach, details};
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
 
 use crate::model::health::{HealthTable, HealthView, Status};

@@ -18,9 +18,9 @@ use rand::rngs::SmallRng;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use super::responder::{Transport, respond};
 use crate::model::Tally;
 use crate::model::snapshot::Snapshot;
+use crate::responder::{Transport, respond};
 
 /// Packets taken per system call.
 const BATCH: usize = 32;

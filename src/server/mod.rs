@@ -1,5 +1,16 @@
 //! The imperative shell: binds the listeners, owns the shared snapshot, reloads it, and
 //! shuts everything down through one cancellation token.
+//!
+//! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
+//! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
+//! SIGHUP or `admin`), and `admin` serves the HTTP API.
+
+pub mod admin;
+pub mod control;
+pub mod tcp;
+pub mod totals;
+pub mod udp;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,13 +20,10 @@ use std::thread::JoinHandle;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin;
 use crate::config::{self, ConfigErrors};
-use crate::control::Control;
-use crate::dns::{tcp, udp};
-use crate::model::snapshot::{Listen, Snapshot};
-use crate::probe::{self, Prober};
-use crate::watch;
+use crate::model::{Listen, Snapshot};
+use crate::probe::Prober;
+use control::Control;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -28,7 +36,6 @@ pub enum ServerError {
 /// A running server. Dropping it does not stop it; call `shutdown`.
 pub struct Server {
     control: Arc<Control>,
-    prober: Arc<Prober>,
     dns_addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     cancel: CancellationToken,
@@ -43,16 +50,14 @@ impl Server {
     /// the file watcher. Must run inside a tokio runtime.
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
         let loaded = config::load(config_path, None)?;
-        crate::control::release_free_memory();
+        control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
-        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded));
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
-        let prober = Arc::new(Prober::start(&control.snapshot(), cancel.clone()));
-        probe::attach(&prober, &control);
+        let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone()));
+        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded, prober));
         let mut server = Server {
             control,
-            prober,
             dns_addrs: Vec::new(),
             admin_addr: None,
             cancel,
@@ -153,7 +158,7 @@ impl Server {
 
     /// The health prober (endpoint states, probe details).
     pub fn prober(&self) -> &Prober {
-        &self.prober
+        &self.control.prober
     }
 
     /// Loads the configuration again and swaps it in whole; on error the old one stays.
@@ -165,7 +170,7 @@ impl Server {
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
-        self.prober.wait().await;
+        self.control.prober.wait().await;
         let threads = std::mem::take(&mut self.udp_threads);
         let _ =
             tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))

@@ -1,5 +1,9 @@
 //! The admin HTTP API (axum): health, Prometheus metrics, profile status, explain and
 //! reload. Everything but `/healthz` requires the bearer token when one is configured.
+//! Handlers read the running snapshot and the prober through `Control`.
+
+pub mod metrics;
+pub mod probes;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -14,11 +18,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::control::Control;
-use crate::explain;
+use super::control::Control;
 use crate::model::health::Status;
 use crate::model::snapshot::Snapshot;
 use crate::model::{Nested, Profile, Target};
+use crate::responder::explain;
 use crate::routing::{Ctx, status};
 use crate::wire::name::WireName;
 
@@ -87,7 +91,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn metrics(State(c): State<Shared>) -> Response {
-    let body = crate::metrics::render(&c);
+    let body = metrics::render(&c, &c.prober);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
@@ -148,7 +152,7 @@ async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response 
                 "weight": ep.weight,
                 "status": status::endpoint_status(ctx, ep).as_str(),
             });
-            if let Some(details) = c.endpoint_details(&p.name, &ep.name) {
+            if let Some(details) = probes::endpoint_details(&c.prober, &p.name, &ep.name) {
                 v.as_object_mut().expect("object").extend(details);
             }
             v

@@ -13,8 +13,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::responder::{Transport, respond};
 use crate::model::snapshot::Snapshot;
+use crate::responder::{Transport, respond};
 
 /// Connections served at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 1024;

@@ -11,10 +11,10 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::Serialize;
 
-use crate::dns::responder::{Transport, respond};
 use crate::model::Want;
 use crate::model::health::{HealthView, Status};
 use crate::model::snapshot::Snapshot;
+use crate::responder::{Transport, respond};
 use crate::routing::{self, Client, Ctx};
 use crate::wire::Rcode;
 use crate::wire::name::WireName;

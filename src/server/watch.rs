@@ -10,7 +10,7 @@ use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::control::Control;
+use super::control::Control;
 
 /// Quiet time after the last event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);

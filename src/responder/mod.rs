@@ -1,6 +1,8 @@
 //! The one function both transports call: query bytes + client address + snapshot →
-//! response bytes (contract §4). UDP and TCP differ only in the size limit they pass, so
-//! their behaviour cannot diverge.
+//! response bytes (what goes on the wire: `docs/wire.md`). UDP and TCP differ only in the
+//! size limit they pass, so their behaviour cannot diverge; `explain` runs it too.
+
+pub mod explain;
 
 use std::net::{IpAddr, Ipv4Addr};
 

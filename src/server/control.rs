@@ -1,38 +1,29 @@
 //! The one seam that owns shared state: the current snapshot (an `ArcSwap` the query path
-//! loads without locking), the metrics totals, and the reload procedure every trigger
-//! uses — file watcher, SIGHUP and the admin API alike.
+//! loads without locking), the prober, the metrics totals, and the reload procedure every
+//! trigger uses — file watcher, SIGHUP and the admin API alike.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 
+use super::totals::Totals;
 use crate::config::{self, ConfigErrors, Loaded, Previous, ReloadCache};
-use crate::metrics::{self, Metrics};
-use crate::model::snapshot::{Listen, Snapshot};
-
-/// Something that must see a new snapshot before queries do (the prober carries probe
-/// state over into the new health table).
-pub type ReloadHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
-
-/// Per-endpoint details (last probe, last change) for the admin API, by profile and
-/// endpoint name.
-pub type Details =
-    Box<dyn Fn(&str, &str) -> Option<serde_json::Map<String, serde_json::Value>> + Send + Sync>;
+use crate::model::{Listen, Snapshot};
+use crate::probe::Prober;
 
 pub struct Control {
     pub config_path: PathBuf,
     /// The listen addresses bound at startup: reloads cannot rebind them.
     running_listen: Listen,
     pub shared: Arc<ArcSwap<Snapshot>>,
-    pub metrics: Metrics,
+    /// Probes the running snapshot's endpoints; a reload hands it the next snapshot first.
+    pub prober: Arc<Prober>,
+    pub totals: Totals,
     /// Serialises reloads; never taken by queries.
     reloading: Mutex<Reloading>,
-    hooks: Mutex<Vec<ReloadHook>>,
-    details: OnceLock<Details>,
-    source: OnceLock<Arc<dyn metrics::Source>>,
 }
 
 /// What the reload procedure keeps between reloads.
@@ -44,47 +35,20 @@ struct Reloading {
 }
 
 impl Control {
-    pub fn new(config_path: PathBuf, first: Loaded) -> Control {
+    /// `prober` must be probing `first`'s snapshot.
+    pub fn new(config_path: PathBuf, first: Loaded, prober: Arc<Prober>) -> Control {
         Control {
             config_path,
             running_listen: first.snapshot.listen.clone(),
             shared: Arc::new(ArcSwap::from_pointee(first.snapshot)),
-            metrics: Metrics::default(),
+            prober,
+            totals: Totals::default(),
             reloading: Mutex::new(Reloading { cache: first.cache, retiring: None }),
-            hooks: Mutex::new(Vec::new()),
-            details: OnceLock::new(),
-            source: OnceLock::new(),
         }
-    }
-
-    /// Registers where the admin API finds per-endpoint probe details (once).
-    pub fn set_details(&self, d: Details) {
-        let _ = self.details.set(d);
-    }
-
-    pub fn endpoint_details(
-        &self,
-        profile: &str,
-        endpoint: &str,
-    ) -> Option<serde_json::Map<String, serde_json::Value>> {
-        self.details.get().and_then(|d| d(profile, endpoint))
-    }
-
-    /// Registers an extra metrics source (once).
-    pub fn set_metrics_source(&self, s: Arc<dyn metrics::Source>) {
-        let _ = self.source.set(s);
-    }
-
-    pub fn metrics_source(&self) -> Option<&Arc<dyn metrics::Source>> {
-        self.source.get()
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.shared.load_full()
-    }
-
-    pub fn add_reload_hook(&self, hook: ReloadHook) {
-        self.hooks.lock().unwrap_or_else(|e| e.into_inner()).push(hook);
     }
 
     /// Loads and validates the whole configuration off the query path, then swaps it in
@@ -102,27 +66,23 @@ impl Control {
         {
             Ok(loaded) => loaded,
             Err(errors) => {
-                self.metrics.reload_failures.fetch_add(1, Ordering::Relaxed);
+                self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
                 for e in &errors.0 {
                     tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
                 }
                 return Err(errors);
             }
         };
-        // The parser's garbage is trimmed with the old snapshot, off this path: after a
-        // reload that parsed 100k profiles, malloc_trim takes 80-90 ms, and the peak RSS
-        // (reached while both snapshots and the parse were live) is the same either way.
         warn_listen_changes(&self.running_listen, &next.listen);
-        for hook in self.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            hook(&next);
-        }
+        // Probe state moves into the new health table before queries read it.
+        self.prober.adopt(&next);
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
         self.shared.store(Arc::new(next));
-        self.metrics.retire(&current);
+        self.totals.retire(&current);
         state.cache = cache;
         state.retiring = retire_aside(current);
-        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        self.totals.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             trigger,
             generation,
@@ -168,9 +128,9 @@ fn warn_listen_changes(running: &Listen, next: &Listen) {
 }
 
 /// Frees a replaced snapshot and trims the heap (the parser's garbage too) on another
-/// thread, so that the reload answers as soon as the new snapshot is live: for 100k
-/// profiles the two take ~100-150 ms.
-/// Queries still holding the old snapshot keep it alive until they finish, as before.
+/// thread, so that the reload answers as soon as the new snapshot is live: for a large
+/// configuration both take a noticeable time. Queries still holding the old snapshot keep
+/// it alive until they finish.
 fn retire_aside(old: Arc<Snapshot>) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("snapshot-retire".into()).spawn(move || {
         drop(old);

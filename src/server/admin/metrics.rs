@@ -1,0 +1,208 @@
+//! `/metrics`: the Prometheus text exposition, rendered at scrape time from the running
+//! snapshot's counters, the totals of retired ones and the prober's results, and encoded
+//! by prometheus-client. Metric names and labels are listed in `docs/operations.md`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+
+use crate::model::Snapshot;
+use crate::probe::Prober;
+use crate::routing::{Ctx, status};
+use crate::server::control::Control;
+use crate::server::totals::Series;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A gauge series.
+#[derive(Debug)]
+struct Gauge {
+    name: &'static str,
+    help: &'static str,
+    labels: Labels,
+    value: f64,
+}
+
+/// A histogram series, with per-bucket counts (prometheus-client accumulates them).
+#[derive(Debug)]
+struct Histogram {
+    name: &'static str,
+    help: &'static str,
+    labels: Labels,
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+const HELP: &[(&str, &str)] = &[
+    (
+        "steerdns_queries",
+        "DNS queries answered, by zone, profile (empty for static names), query type and rcode",
+    ),
+    ("steerdns_answers", "Endpoints handed out in answers, by profile and endpoint"),
+    ("steerdns_ecs_queries", "Queries with and without EDNS Client Subnet"),
+    ("steerdns_reloads", "Configuration reloads applied"),
+    ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
+    ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
+];
+
+fn help(name: &str) -> &'static str {
+    HELP.iter().find(|(n, _)| *n == name).map_or("steerdns counter", |(_, h)| h)
+}
+
+/// The Prometheus text exposition of everything.
+pub fn render(control: &Control, prober: &Prober) -> String {
+    let snap = control.snapshot();
+    let totals = &control.totals;
+    let mut counters = totals.counters(&snap);
+    let reloads = totals.reloads.load(Ordering::Relaxed);
+    counters.insert(Series::new("steerdns_reloads", vec![]), reloads);
+    let failures = totals.reload_failures.load(Ordering::Relaxed);
+    counters.insert(Series::new("steerdns_reload_failures", vec![]), failures);
+    counters.extend(probe_counters(prober));
+    let mut gauges = vec![
+        Gauge {
+            name: "steerdns_config_generation",
+            help: "Generation of the running configuration",
+            labels: vec![],
+            value: snap.generation as f64,
+        },
+        Gauge {
+            name: "steerdns_profiles",
+            help: "Profiles in the running configuration",
+            labels: vec![],
+            value: snap.profiles.len() as f64,
+        },
+    ];
+    gauges.extend(endpoint_status_gauges(&snap));
+    gauges.extend(probe_gauges(prober));
+    let histograms = probe_histograms(prober);
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Scrape { counters, gauges, histograms }));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+/// One series per endpoint, value 1, labelled with its current status.
+fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
+    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    snap.profiles
+        .iter()
+        .flat_map(|p| p.endpoints.iter().map(move |ep| (p, ep)))
+        .map(|(p, ep)| Gauge {
+            name: "steerdns_endpoint_status",
+            help: "Current status of each endpoint (1 for the status it is in)",
+            labels: vec![
+                ("profile", p.name.clone()),
+                ("endpoint", ep.name.clone()),
+                ("status", status::endpoint_status(ctx, ep).as_str().to_string()),
+            ],
+            value: 1.0,
+        })
+        .collect()
+}
+
+fn probe_counters(prober: &Prober) -> Vec<(Series, u64)> {
+    let mut out = Vec::new();
+    for s in prober.endpoint_states() {
+        for (kind, n) in &s.results {
+            let labels = vec![
+                ("profile", s.profile.clone()),
+                ("endpoint", s.endpoint.clone()),
+                ("result", kind.to_string()),
+            ];
+            out.push((Series::new("steerdns_probe_results", labels), *n));
+        }
+    }
+    out
+}
+
+fn probe_gauges(prober: &Prober) -> Vec<Gauge> {
+    let stats = prober.stats();
+    let mut out = vec![
+        Gauge {
+            name: "steerdns_probes",
+            help: "Distinct health probes running",
+            labels: vec![],
+            value: stats.probes as f64,
+        },
+        Gauge {
+            name: "steerdns_probe_lag_max_seconds",
+            help: "Largest delay of a probe run behind its schedule since the previous scrape",
+            labels: vec![],
+            value: stats.max_lag.as_secs_f64(),
+        },
+    ];
+    for s in prober.endpoint_states() {
+        let Some(last) = &s.last_probe else { continue };
+        out.push(Gauge {
+            name: "steerdns_probe_last_duration_seconds",
+            help: "Duration of each endpoint's latest health probe",
+            labels: vec![("profile", s.profile.clone()), ("endpoint", s.endpoint.clone())],
+            value: last.latency.as_secs_f64(),
+        });
+    }
+    out
+}
+
+fn probe_histograms(prober: &Prober) -> Vec<Histogram> {
+    prober
+        .durations()
+        .into_iter()
+        .filter(|h| h.count > 0)
+        .map(|h| Histogram {
+            name: "steerdns_probe_duration_seconds",
+            help: "Duration of health probes, by protocol",
+            labels: vec![("protocol", h.protocol.to_string())],
+            sum: h.sum,
+            count: h.count,
+            buckets: h.buckets,
+        })
+        .collect()
+}
+
+/// The scrape's data, encoded by prometheus-client.
+#[derive(Debug)]
+struct Scrape {
+    counters: BTreeMap<Series, u64>,
+    gauges: Vec<Gauge>,
+    histograms: Vec<Histogram>,
+}
+
+/// Names in first-seen order, each once (series of one name are adjacent).
+fn names<'a>(
+    all: impl Iterator<Item = (&'static str, &'static str)> + 'a,
+) -> Vec<(&'static str, &'static str)> {
+    let mut names: Vec<_> = all.collect();
+    names.dedup();
+    names
+}
+
+impl prometheus_client::collector::Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        for (name, h) in names(self.counters.keys().map(|s| (s.name, help(s.name)))) {
+            let mut m = enc.encode_descriptor(name, h, None, MetricType::Counter)?;
+            for (series, v) in self.counters.iter().filter(|(s, _)| s.name == name) {
+                m.encode_family(&series.labels)?.encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            }
+        }
+        for (name, h) in names(self.gauges.iter().map(|g| (g.name, g.help))) {
+            let mut m = enc.encode_descriptor(name, h, None, MetricType::Gauge)?;
+            for g in self.gauges.iter().filter(|g| g.name == name) {
+                m.encode_family(&g.labels)?.encode_gauge(&g.value)?;
+            }
+        }
+        for (name, h) in names(self.histograms.iter().map(|g| (g.name, g.help))) {
+            let mut m = enc.encode_descriptor(name, h, None, MetricType::Histogram)?;
+            for g in self.histograms.iter().filter(|g| g.name == name) {
+                m.encode_family(&g.labels)?
+                    .encode_histogram::<NoLabelSet>(g.sum, g.count, &g.buckets, None)?;
+            }
+        }
+        Ok(())
+    }
+}
