@@ -13,7 +13,7 @@ use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
-use steerdns::responder::{Transport, respond};
+use steerdns::responder::{Packet, Transport, respond};
 
 fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
     let mut m = Message::query();
@@ -63,11 +63,26 @@ fn bench_names(
         let mut out = Vec::with_capacity(1500);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         assert!(
-            respond(snap, &*snap.health, &q, src, Transport::Udp, &mut rng, &mut out).is_some()
+            respond(
+                snap,
+                &*snap.health,
+                Packet { bytes: &q, src, transport: Transport::Udp },
+                &mut rng,
+                &mut out,
+                None
+            )
+            .is_some()
         );
         g.bench_function(*label, |b| {
             b.iter(|| {
-                respond(snap, &*snap.health, black_box(&q), src, Transport::Udp, &mut rng, &mut out)
+                respond(
+                    snap,
+                    &*snap.health,
+                    Packet { bytes: black_box(&q), src, transport: Transport::Udp },
+                    &mut rng,
+                    &mut out,
+                    None,
+                )
             })
         });
     }

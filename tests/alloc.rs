@@ -11,7 +11,7 @@ use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
-use steerdns::responder::{Transport, respond};
+use steerdns::responder::{Packet, Transport, respond};
 
 struct Counting;
 
@@ -73,14 +73,29 @@ fn responder_allocates_nothing_per_query() {
     // Warm up: the output buffer reaches its working size.
     for q in &queries {
         assert!(
-            respond(&snap, &*snap.health, q, src, Transport::Udp, &mut rng, &mut out).is_some()
+            respond(
+                &snap,
+                &*snap.health,
+                Packet { bytes: q, src, transport: Transport::Udp },
+                &mut rng,
+                &mut out,
+                None
+            )
+            .is_some()
         );
     }
     let before = ALLOCS.load(Ordering::Relaxed);
     assert!(before > 0, "the counting allocator is in use");
     for _ in 0..1000 {
         for q in &queries {
-            respond(&snap, &*snap.health, q, src, Transport::Udp, &mut rng, &mut out);
+            respond(
+                &snap,
+                &*snap.health,
+                Packet { bytes: q, src, transport: Transport::Udp },
+                &mut rng,
+                &mut out,
+                None,
+            );
         }
     }
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;

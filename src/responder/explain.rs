@@ -1,7 +1,6 @@
 //! `steerdns explain` and the admin API's explain: answer one query exactly as the server
 //! would — the same responder, the same routing core — and show the decision trace.
 
-use std::cell::RefCell;
 use std::net::IpAddr;
 
 use hickory_proto::op::{Edns, Message, Query};
@@ -11,11 +10,10 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::Serialize;
 
-use crate::model::Want;
+use super::{Packet, Transport, respond};
 use crate::model::health::{HealthView, Status};
 use crate::model::snapshot::Snapshot;
-use crate::responder::{Transport, respond};
-use crate::routing::{self, Client, Ctx};
+use crate::routing::Trace;
 use crate::wire::Rcode;
 use crate::wire::name::WireName;
 
@@ -89,7 +87,8 @@ pub fn down_slots(snap: &Snapshot, downs: &[String]) -> Result<Vec<(usize, Statu
         .collect()
 }
 
-/// Answers `name`/`qtype` for a query from `client` with `health`, and traces the routing.
+/// Answers `name`/`qtype` for a query from `client` with `health` — the responder the wire
+/// runs, run once with a trace — and shows the answer with the decision that produced it.
 pub fn explain(
     snap: &Snapshot,
     health: &dyn HealthView,
@@ -98,12 +97,13 @@ pub fn explain(
     client: IpAddr,
 ) -> Explanation {
     const SEED: u64 = 0x005e_edde_c1de;
-    let trace = RefCell::new(Vec::new());
-    trace_routing(snap, health, name, qtype, client, &trace, SEED);
+    let trace = Trace::default();
     let query = query_bytes(name, qtype, client);
     let mut out = Vec::new();
     let mut rng = SmallRng::seed_from_u64(SEED);
-    respond(snap, health, &query, client, Transport::Tcp, &mut rng, &mut out);
+    // Over TCP, so the whole answer is shown whatever its size.
+    let packet = Packet { bytes: &query, src: client, transport: Transport::Tcp };
+    respond(snap, health, packet, &mut rng, &mut out, Some(&trace));
     let reply = Message::from_vec(&out).expect("the responder writes valid messages");
     Explanation {
         name: name.to_ascii(),
@@ -113,47 +113,8 @@ pub fn explain(
         answer: reply.answers.iter().map(ToString::to_string).collect(),
         authority: reply.authorities.iter().map(ToString::to_string).collect(),
         scope: ecs_scope(&reply),
-        trace: trace.into_inner(),
+        trace: trace.into_lines(),
     }
-}
-
-/// Runs the routing core with tracing on, with the same seed the responder then uses, so
-/// the trace describes the very decision that produced the answer.
-fn trace_routing(
-    snap: &Snapshot,
-    health: &dyn HealthView,
-    name: &Name,
-    qtype: RecordType,
-    client: IpAddr,
-    trace: &RefCell<Vec<String>>,
-    seed: u64,
-) {
-    let wire = WireName::from_name(name);
-    let Some(pid) = snap.profile_by_name(&wire) else {
-        trace.borrow_mut().push(format!("{} is not a profile: static zone data", wire));
-        return;
-    };
-    let want = match qtype {
-        RecordType::A => Want::A,
-        RecordType::AAAA => Want::Aaaa,
-        RecordType::CNAME => Want::Cname,
-        _ => return trace.borrow_mut().push(format!("{qtype} at a profile name: NODATA")),
-    };
-    if !snap.profiles[pid].enabled {
-        return trace
-            .borrow_mut()
-            .push(format!("profile {} is disabled: NXDOMAIN", snap.profiles[pid].name));
-    }
-    let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
-    ctx.trace = Some(trace);
-    // The client as the responder will see it: a full-length ECS address.
-    let c = Client::from_addr(client);
-    routing::route(
-        ctx,
-        pid,
-        routing::Query { want, client: &c },
-        &mut SmallRng::seed_from_u64(seed),
-    );
 }
 
 fn query_bytes(name: &Name, qtype: RecordType, client: IpAddr) -> Vec<u8> {

@@ -12,7 +12,7 @@ use crate::model::health::HealthView;
 use crate::model::snapshot::Snapshot;
 use crate::model::zone::{Node, Zone};
 use crate::model::{Outcome, Target, Want};
-use crate::routing::{self, Client, Ctx, Decision};
+use crate::routing::{self, Client, Ctx, Decision, Trace};
 use crate::wire::request::{self, Ecs, Parsed, Request};
 use crate::wire::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
 use crate::wire::{Rcode, Rtype};
@@ -27,18 +27,28 @@ pub enum Transport {
     Tcp,
 }
 
-/// Answers `query` from `src` into `out`. `None` when the packet gets no reply.
+/// A query as it arrived.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<'q> {
+    pub bytes: &'q [u8],
+    /// The source address (the client, unless the query carries ECS).
+    pub src: IpAddr,
+    pub transport: Transport,
+}
+
+/// Answers `packet` into `out`. `None` when the packet gets no reply. With `trace`, each
+/// step of the decision is noted there (for `explain`); the wire passes `None`, and then
+/// nothing is formatted.
 pub fn respond<R: Rng + ?Sized>(
     snap: &Snapshot,
     health: &dyn HealthView,
-    query: &[u8],
-    src: IpAddr,
-    transport: Transport,
+    packet: Packet<'_>,
     rng: &mut R,
     out: &mut Vec<u8>,
+    trace: Option<&Trace>,
 ) -> Option<Outcome> {
     let mut name = request::NameBuf::new();
-    match request::parse(query, &mut name) {
+    match request::parse(packet.bytes, &mut name) {
         Parsed::Drop => None,
         Parsed::Error { id, opcode, rd, rcode, question, opt } => {
             let h = Header { id, opcode, aa: false, rd, cd: false, rcode };
@@ -49,7 +59,7 @@ pub fn respond<R: Rng + ?Sized>(
             Some(Outcome { rcode, ..Outcome::default() })
         }
         Parsed::Query(req) => {
-            let limit = match transport {
+            let limit = match packet.transport {
                 Transport::Udp => req.edns.map_or(512, |e| e.payload.clamp(512, EDNS_PAYLOAD)),
                 Transport::Tcp => u16::MAX,
             };
@@ -58,7 +68,9 @@ pub fn respond<R: Rng + ?Sized>(
                 ecs: req.edns.is_some_and(|e| e.ecs.is_some()),
                 ..Outcome::default()
             };
-            let scope = answer(snap, health, &req, src, rng, out, &mut outcome);
+            let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
+            ctx.trace = trace;
+            let scope = answer(snap, ctx, &req, packet.src, rng, out, &mut outcome);
             if out.len() > usize::from(limit) {
                 truncate(&req, scope, out);
             }
@@ -103,7 +115,7 @@ fn ecs_echo(e: Ecs, scope: u8) -> (u16, u8, u8, [u8; 16]) {
 /// Writes the full answer; returns the ECS scope used (for a truncated rewrite).
 fn answer<R: Rng + ?Sized>(
     snap: &Snapshot,
-    health: &dyn HealthView,
+    ctx: Ctx<'_, dyn HealthView + '_>,
     req: &Request<'_>,
     src: IpAddr,
     rng: &mut R,
@@ -128,28 +140,36 @@ fn answer<R: Rng + ?Sized>(
         return simple(out, Rcode::FORMERR, 0);
     }
     let Some((zi, zone, origin_at)) = snap.find_zone(req.qname) else {
+        ctx.note(|| "the name is outside every zone: REFUSED".to_string());
         return simple(out, Rcode::REFUSED, 0);
     };
     outcome.zone = Some(zi);
     let client = client_of(req, src);
     let apex = Owner::At(QNAME_AT + origin_at);
     let Some(node) = zone.node(req.qname) else {
+        ctx.note(|| format!("no such name in zone {}: NXDOMAIN", zone.origin));
         return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
     };
     if let Some(pid) = node.profile {
         outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
+            ctx.note(|| format!("profile {} is disabled: NXDOMAIN", profile.name));
             return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
         }
         let want = match req.qtype {
             Rtype::A => Want::A,
             Rtype::AAAA => Want::Aaaa,
             Rtype::CNAME => Want::Cname,
-            Rtype::ANY => return rfc8482(&reply, zone, out),
-            _ => return negative(&reply, zone, apex, Rcode::NOERROR, out),
+            Rtype::ANY => {
+                ctx.note(|| "ANY: one synthesized HINFO record (RFC 8482)".to_string());
+                return rfc8482(&reply, zone, out);
+            }
+            other => {
+                ctx.note(|| format!("{other} at a profile name: NODATA"));
+                return negative(&reply, zone, apex, Rcode::NOERROR, out);
+            }
         };
-        let ctx = Ctx::new(&snap.profiles, health, &snap.world);
         let q = routing::Query { want, client: &client };
         return match routing::route(ctx, pid, q, rng) {
             Decision::Answer { endpoints, scope } => {
@@ -177,6 +197,7 @@ fn answer<R: Rng + ?Sized>(
             }
         };
     }
+    ctx.note(|| "not a profile: static zone data".to_string());
     static_answer(&reply, zone, node, origin_at == 0, apex, out)
 }
 

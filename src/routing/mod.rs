@@ -36,7 +36,7 @@ pub struct Ctx<'a, H: HealthView + ?Sized> {
     pub world: &'a World,
     /// Where `explain` collects the decision trace; `None` on the query path, where
     /// nothing is formatted.
-    pub trace: Option<&'a RefCell<Vec<String>>>,
+    pub trace: Option<&'a Trace>,
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
@@ -47,8 +47,20 @@ impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
     /// Records one line of the decision trace (only when tracing).
     pub fn note(&self, line: impl FnOnce() -> String) {
         if let Some(t) = self.trace {
-            t.borrow_mut().push(line());
+            t.lines.borrow_mut().push(line());
         }
+    }
+}
+
+/// The steps of one decision, in words, as `explain` shows them.
+#[derive(Debug, Default)]
+pub struct Trace {
+    lines: RefCell<Vec<String>>,
+}
+
+impl Trace {
+    pub fn into_lines(self) -> Vec<String> {
+        self.lines.into_inner()
     }
 }
 

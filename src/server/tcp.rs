@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::snapshot::Snapshot;
-use crate::responder::{Transport, respond};
+use crate::responder::{Packet, Transport, respond};
 
 /// Connections served at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 1024;
@@ -107,15 +107,8 @@ async fn connection(
         }
         let answered = {
             let snap = shared.load();
-            let outcome = respond(
-                &snap,
-                &*snap.health,
-                &query,
-                peer.ip(),
-                Transport::Tcp,
-                &mut rng,
-                &mut out,
-            );
+            let packet = Packet { bytes: &query, src: peer.ip(), transport: Transport::Tcp };
+            let outcome = respond(&snap, &*snap.health, packet, &mut rng, &mut out, None);
             outcome.map(|o| snap.counters.record(&o)).is_some()
         };
         if !answered {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::Tally;
 use crate::model::snapshot::Snapshot;
-use crate::responder::{Transport, respond};
+use crate::responder::{Packet, Transport, respond};
 
 /// Packets taken per system call.
 const BATCH: usize = 32;
@@ -99,9 +99,8 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             };
             let len = worker.len(i);
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
-            if let Some(outcome) =
-                respond(&snap, &*snap.health, query, src.ip(), Transport::Udp, &mut rng, out)
-            {
+            let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp };
+            if let Some(outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
                 tally.add(&snap.counters, &outcome);
                 worker.reply_to[replies] = i;
                 replies += 1;
