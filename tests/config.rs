@@ -291,7 +291,7 @@ fn profiles_text(snap: &steerdns::model::snapshot::Snapshot) -> Vec<String> {
                 .iter()
                 .map(|e| match &e.target {
                     Target::Nested(n) => format!("{}->{}", e.name, snap.profiles[n.child].name),
-                    t => format!("{}={t:?} slot {}", e.name, e.health_slot),
+                    t => format!("{}={t:?} slot {:?}", e.name, e.health_slot),
                 })
                 .collect();
             format!("{} {} {:?} {eps:?}", p.name, p.method.as_str(), p.families)

@@ -197,7 +197,7 @@ impl Running {
         let snap = self.server.snapshot();
         let p = snap.profiles.iter().find(|p| p.name == format!("{profile}.tm.example.test."));
         let ep = p.unwrap().endpoints.iter().find(|e| e.name == endpoint).unwrap();
-        snap.health.status(ep.health_slot)
+        snap.health.status(ep.health_slot.unwrap())
     }
 
     async fn wait_status(&self, profile: &str, endpoint: &str, want: Status) -> EndpointState {

@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use super::raw::{Int, S};
+use super::raw::{Int, Loc};
 use crate::diag::Sink;
 
 /// The value when it lies in `lo..=hi`, else an error naming the key and the range.
 pub fn int_in<T: TryFrom<i64>>(
     sink: &mut Sink<'_>,
-    v: &S<Int>,
+    v: &Loc<Int>,
     lo: i64,
     hi: i64,
     key: &str,
@@ -26,7 +26,7 @@ pub fn int_in<T: TryFrom<i64>>(
 /// default (the error is recorded), so one bad value does not hide later errors.
 pub fn int_or<T: TryFrom<i64> + Copy>(
     sink: &mut Sink<'_>,
-    v: Option<&S<Int>>,
+    v: Option<&Loc<Int>>,
     lo: i64,
     hi: i64,
     key: &str,
@@ -36,7 +36,7 @@ pub fn int_or<T: TryFrom<i64> + Copy>(
 }
 
 /// A duration written with a unit: `800ms`, `10s`, `5m`, `1h`.
-pub fn duration(sink: &mut Sink<'_>, v: &S<String>, key: &str) -> Option<Duration> {
+pub fn duration(sink: &mut Sink<'_>, v: &Loc<String>, key: &str) -> Option<Duration> {
     let text = v.value.trim();
     let has_unit = text.chars().last().is_some_and(|c| c.is_ascii_alphabetic());
     match humantime::parse_duration(text) {

@@ -258,7 +258,7 @@ fn assign_slots(profiles: &mut [Profile]) -> Vec<Status> {
         if matches!(ep.target, Target::Nested(_)) {
             continue;
         }
-        ep.health_slot = statuses.len();
+        ep.health_slot = Some(statuses.len());
         statuses.push(match (ep.enabled, ep.always_serve) {
             (false, _) => Status::Disabled,
             (true, true) => Status::Unmonitored,

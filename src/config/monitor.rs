@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::check::{duration, int_in};
-use super::raw::{Int, RawMonitor, S, StatusSpec};
+use super::raw::{Int, Loc, RawMonitor, StatusSpec};
 use crate::diag::{Pos, Sink};
 use crate::model::{Monitor, Protocol};
 
@@ -56,7 +56,7 @@ pub fn resolve(
     (sink.errors.len() == before).then_some(monitor)
 }
 
-fn protocol(sink: &mut Sink<'_>, v: Option<&S<String>>) -> Option<Protocol> {
+fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
     match v.map(|s| s.value.as_str()) {
         None | Some("http") => Some(Protocol::Http),
         Some("https") => Some(Protocol::Https),
@@ -68,7 +68,7 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&S<String>>) -> Option<Protocol> {
     }
 }
 
-fn port(sink: &mut Sink<'_>, v: Option<&S<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
+fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
     match (v, protocol) {
         (Some(v), _) => int_in(sink, v, 1, 65535, "port"),
         (None, Protocol::Http) => Some(80),
@@ -111,7 +111,7 @@ fn timing(
     (interval, timeout)
 }
 
-fn expected_status(sink: &mut Sink<'_>, v: Option<&S<Vec<S<StatusSpec>>>>) -> Vec<(u16, u16)> {
+fn expected_status(sink: &mut Sink<'_>, v: Option<&Loc<Vec<Loc<StatusSpec>>>>) -> Vec<(u16, u16)> {
     let Some(list) = v else {
         return vec![(200, 299)];
     };
@@ -121,7 +121,7 @@ fn expected_status(sink: &mut Sink<'_>, v: Option<&S<Vec<S<StatusSpec>>>>) -> Ve
     list.value.iter().filter_map(|s| status_range(sink, s)).collect()
 }
 
-fn status_range(sink: &mut Sink<'_>, s: &S<StatusSpec>) -> Option<(u16, u16)> {
+fn status_range(sink: &mut Sink<'_>, s: &Loc<StatusSpec>) -> Option<(u16, u16)> {
     let parsed = match &s.value {
         StatusSpec::Code(c) => u16::try_from(c.0).ok().map(|c| (c, c)),
         StatusSpec::Text(t) => match t.split_once('-') {
@@ -145,7 +145,7 @@ fn status_range(sink: &mut Sink<'_>, s: &S<StatusSpec>) -> Option<(u16, u16)> {
 
 fn headers(
     sink: &mut Sink<'_>,
-    v: Option<&S<std::collections::BTreeMap<String, String>>>,
+    v: Option<&Loc<std::collections::BTreeMap<String, String>>>,
 ) -> Vec<(String, String)> {
     let Some(map) = v else { return Vec::new() };
     if map.value.len() > 8 {

@@ -11,7 +11,7 @@ use super::check::{int_in, int_or};
 use super::files::{Doc, Source};
 use super::monitor;
 use super::par;
-use super::raw::{RawEndpoint, RawProfile, S};
+use super::raw::{Loc, RawEndpoint, RawProfile};
 use super::reuse;
 use super::zones::parse_name;
 use crate::diag::{ConfigError, Pos, Sink};
@@ -36,7 +36,7 @@ struct Named {
 /// profile.
 fn resolve_name(
     sink: &mut Sink<'_>,
-    v: &S<String>,
+    v: &Loc<String>,
     zones: &[Zone],
     sole_origin: Option<&Name>,
 ) -> Option<Named> {
@@ -226,7 +226,7 @@ impl Builder<'_, '_> {
         let sticky = raw.sticky.as_ref().is_some_and(|s| s.value);
         if let (Some(s), Some(m)) = (&raw.sticky, method)
             && s.value
-            && !matches!(m, Method::Weighted | Method::Groups | Method::Zone)
+            && !matches!(m, Method::Weighted | Method::Groups | Method::SameAz)
         {
             self.sink.on(s, "sticky applies to weighted, groups and zone routing only");
         }
@@ -283,7 +283,7 @@ impl Builder<'_, '_> {
         (endpoints, rules)
     }
 
-    fn method(&mut self, v: &S<String>) -> Option<Method> {
+    fn method(&mut self, v: &Loc<String>) -> Option<Method> {
         let m = Method::parse(v.value.as_str());
         if m.is_none() {
             let all: Vec<&str> = Method::ALL.iter().map(|m| m.as_str()).collect();
@@ -295,7 +295,7 @@ impl Builder<'_, '_> {
     pub(super) fn endpoints(
         &mut self,
         raw: &RawProfile,
-        eps: &S<Vec<S<RawEndpoint>>>,
+        eps: &Loc<Vec<Loc<RawEndpoint>>>,
         method: Option<Method>,
     ) -> Vec<Endpoint> {
         let mut names = HashSet::new();
@@ -322,7 +322,7 @@ impl Builder<'_, '_> {
     pub(super) fn endpoint(
         &mut self,
         raw: &RawProfile,
-        ep: &S<RawEndpoint>,
+        ep: &Loc<RawEndpoint>,
         pos: usize,
         method: Option<Method>,
     ) -> Endpoint {
@@ -374,12 +374,12 @@ impl Builder<'_, '_> {
                 }
                 _ => int_or(self.sink, e.weight.as_deref(), 0, 1000, "weight", 1),
             },
-            health_slot: usize::MAX,
+            health_slot: None,
             monitor: if always_serve { None } else { monitor.map(Box::new) },
         }
     }
 
-    fn target(&mut self, ep: &S<RawEndpoint>) -> Target {
+    fn target(&mut self, ep: &Loc<RawEndpoint>) -> Target {
         let e = &ep.value;
         match (&e.target, &e.profile) {
             (Some(t), None) => self.address_or_host(t),
@@ -424,7 +424,7 @@ impl Builder<'_, '_> {
         }
     }
 
-    fn address_or_host(&mut self, t: &S<String>) -> Target {
+    fn address_or_host(&mut self, t: &Loc<String>) -> Target {
         let text = t.value.trim();
         if let Ok(ip) = text.parse::<IpAddr>() {
             return match ip {
@@ -443,7 +443,7 @@ impl Builder<'_, '_> {
         }
     }
 
-    fn child(&mut self, p: &S<String>) -> usize {
+    fn child(&mut self, p: &Loc<String>) -> usize {
         let Some(n) = resolve_name(self.sink, p, self.zones, self.sole_origin) else {
             return usize::MAX;
         };

@@ -12,8 +12,6 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 
 use crate::diag::{Located, Pos};
 
-pub type S<T> = Loc<T>;
-
 // Optional values of the per-profile structs are boxed: with a dozen absent keys per
 // endpoint, inline values made every endpoint several times larger, and the larger structs
 // made loading 100k profiles slower (more to move and to fault in), not faster.
@@ -23,100 +21,100 @@ pub type S<T> = Loc<T>;
 pub struct RawServer {
     pub listen: Option<RawListen>,
     pub admin: Option<RawAdmin>,
-    pub zones: S<Vec<S<RawZone>>>,
+    pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
     pub latency: Option<RawLatency>,
     pub topology: Option<RawTopology>,
-    pub profiles: Option<S<String>>,
+    pub profiles: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawListen {
     #[serde(default)]
-    pub dns: Vec<S<String>>,
-    pub admin: Option<S<String>>,
-    pub udp_threads: Option<S<Int>>,
+    pub dns: Vec<Loc<String>>,
+    pub admin: Option<Loc<String>>,
+    pub udp_threads: Option<Loc<Int>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
-    pub token_file: Option<S<String>>,
+    pub token_file: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawGeo {
-    pub database: S<String>,
+    pub database: Loc<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLatency {
-    pub table: S<String>,
+    pub table: Loc<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTopology {
     #[serde(default)]
-    pub zones: BTreeMap<String, Vec<S<String>>>,
+    pub zones: BTreeMap<String, Vec<Loc<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawZone {
-    pub origin: S<String>,
-    pub ns: S<Vec<S<String>>>,
-    pub soa: S<RawSoa>,
-    pub ttl: Option<S<Int>>,
+    pub origin: Loc<String>,
+    pub ns: Loc<Vec<Loc<String>>>,
+    pub soa: Loc<RawSoa>,
+    pub ttl: Option<Loc<Int>>,
     #[serde(default)]
-    pub records: Vec<S<String>>,
-    pub file: Option<S<String>>,
+    pub records: Vec<Loc<String>>,
+    pub file: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSoa {
-    pub mname: Option<S<String>>,
-    pub rname: S<String>,
-    pub refresh: Option<S<Int>>,
-    pub retry: Option<S<Int>>,
-    pub expire: Option<S<Int>>,
-    pub minimum: Option<S<Int>>,
+    pub mname: Option<Loc<String>>,
+    pub rname: Loc<String>,
+    pub refresh: Option<Loc<Int>>,
+    pub retry: Option<Loc<Int>>,
+    pub expire: Option<Loc<Int>>,
+    pub minimum: Option<Loc<Int>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProfile {
-    pub name: S<String>,
-    pub ttl: Option<Box<S<Int>>>,
+    pub name: Loc<String>,
+    pub ttl: Option<Box<Loc<Int>>>,
     pub enabled: Option<bool>,
-    pub routing: S<String>,
+    pub routing: Loc<String>,
     pub fail_open: Option<bool>,
-    pub max_return: Option<Box<S<Int>>>,
-    pub sticky: Option<Box<S<bool>>>,
-    pub degraded_match: Option<Box<S<String>>>,
-    pub safety_threshold: Option<Box<S<Int>>>,
-    pub monitor: Option<Box<S<RawMonitor>>>,
-    pub endpoints: Option<Box<S<Vec<S<RawEndpoint>>>>>,
-    pub groups: Option<Box<S<Vec<S<RawGroup>>>>>,
+    pub max_return: Option<Box<Loc<Int>>>,
+    pub sticky: Option<Box<Loc<bool>>>,
+    pub degraded_match: Option<Box<Loc<String>>>,
+    pub safety_threshold: Option<Box<Loc<Int>>>,
+    pub monitor: Option<Box<Loc<RawMonitor>>>,
+    pub endpoints: Option<Box<Loc<Vec<Loc<RawEndpoint>>>>>,
+    pub groups: Option<Box<Loc<Vec<Loc<RawGroup>>>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMonitor {
-    pub protocol: Option<Box<S<String>>>,
-    pub port: Option<Box<S<Int>>>,
-    pub path: Option<Box<S<String>>>,
-    pub interval: Option<Box<S<String>>>,
-    pub timeout: Option<Box<S<String>>>,
-    pub tolerated_failures: Option<Box<S<Int>>>,
-    pub expected_status: Option<Box<S<Vec<S<StatusSpec>>>>>,
-    pub headers: Option<Box<S<BTreeMap<String, String>>>>,
-    pub body_contains: Option<Box<S<String>>>,
-    pub tls_verify: Option<Box<S<bool>>>,
+    pub protocol: Option<Box<Loc<String>>>,
+    pub port: Option<Box<Loc<Int>>>,
+    pub path: Option<Box<Loc<String>>>,
+    pub interval: Option<Box<Loc<String>>>,
+    pub timeout: Option<Box<Loc<String>>>,
+    pub tolerated_failures: Option<Box<Loc<Int>>>,
+    pub expected_status: Option<Box<Loc<Vec<Loc<StatusSpec>>>>>,
+    pub headers: Option<Box<Loc<BTreeMap<String, String>>>>,
+    pub body_contains: Option<Box<Loc<String>>>,
+    pub tls_verify: Option<Box<Loc<bool>>>,
 }
 
 /// `expected_status` entries may be written as numbers (`200`) or strings (`"200-299"`).
@@ -130,30 +128,30 @@ pub enum StatusSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEndpoint {
-    pub name: S<String>,
-    pub target: Option<Box<S<String>>>,
-    pub profile: Option<Box<S<String>>>,
+    pub name: Loc<String>,
+    pub target: Option<Box<Loc<String>>>,
+    pub profile: Option<Box<Loc<String>>>,
     pub enabled: Option<bool>,
-    pub always_serve: Option<Box<S<bool>>>,
-    pub priority: Option<Box<S<Int>>>,
-    pub weight: Option<Box<S<Int>>>,
-    pub location: Option<Box<S<String>>>,
-    pub geo: Option<Box<S<Vec<S<String>>>>>,
-    pub subnets: Option<Box<S<Vec<S<String>>>>>,
-    pub zone: Option<Box<S<String>>>,
-    pub monitor: Option<Box<S<RawMonitor>>>,
-    pub min_child_endpoints: Option<Box<S<Int>>>,
-    pub min_child_endpoints_ipv4: Option<Box<S<Int>>>,
-    pub min_child_endpoints_ipv6: Option<Box<S<Int>>>,
+    pub always_serve: Option<Box<Loc<bool>>>,
+    pub priority: Option<Box<Loc<Int>>>,
+    pub weight: Option<Box<Loc<Int>>>,
+    pub location: Option<Box<Loc<String>>>,
+    pub geo: Option<Box<Loc<Vec<Loc<String>>>>>,
+    pub subnets: Option<Box<Loc<Vec<Loc<String>>>>>,
+    pub zone: Option<Box<Loc<String>>>,
+    pub monitor: Option<Box<Loc<RawMonitor>>>,
+    pub min_child_endpoints: Option<Box<Loc<Int>>>,
+    pub min_child_endpoints_ipv4: Option<Box<Loc<Int>>>,
+    pub min_child_endpoints_ipv6: Option<Box<Loc<Int>>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawGroup {
-    pub name: S<String>,
-    pub location: Option<Box<S<String>>>,
-    pub traffic_dial: Option<Box<S<Int>>>,
-    pub endpoints: S<Vec<S<RawEndpoint>>>,
+    pub name: Loc<String>,
+    pub location: Option<Box<Loc<String>>>,
+    pub traffic_dial: Option<Box<Loc<Int>>>,
+    pub endpoints: Loc<Vec<Loc<RawEndpoint>>>,
 }
 
 /// An integer that reports a readable error ("expected an integer, got \"abc\"") where

@@ -90,7 +90,7 @@ fn same_context(prev: &Snapshot, zones: &[Zone], world: &World) -> bool {
     prev.zones.len() == zones.len()
         && prev.zones.iter().zip(zones).all(|(a, b)| a.origin == b.origin)
         && Arc::ptr_eq(&prev.world.regions, &world.regions)
-        && prev.world.zone_names == world.zone_names
+        && prev.world.az_names == world.az_names
         && same_latency_regions
 }
 

@@ -6,23 +6,23 @@ use std::collections::HashMap;
 
 use super::check::int_or;
 use super::profiles::Builder;
-use super::raw::{RawEndpoint, RawGroup, RawProfile, S};
+use super::raw::{Loc, RawEndpoint, RawGroup, RawProfile};
 use crate::diag::Pos;
 use crate::geo::{ByRegion, RegionId};
 use crate::model::{Endpoint, Group, Method, Rules, Target};
 use crate::netrange::{Range, RangeMap};
 
-type RawEndpoints = S<Vec<S<RawEndpoint>>>;
+type RawEndpoints = Loc<Vec<Loc<RawEndpoint>>>;
 
 impl Builder<'_, '_> {
     /// Rejects endpoint keys that the profile's method does not use (a likely mistake).
-    pub(super) fn method_keys(&mut self, ep: &S<RawEndpoint>, method: Option<Method>) {
+    pub(super) fn method_keys(&mut self, ep: &Loc<RawEndpoint>, method: Option<Method>) {
         let Some(method) = method else { return };
         let e = &ep.value;
         let keys = [
             (e.geo.as_deref().map(Pos::of), "geo", Method::Geographic),
             (e.subnets.as_deref().map(Pos::of), "subnets", Method::Subnet),
-            (e.zone.as_deref().map(Pos::of), "zone", Method::Zone),
+            (e.zone.as_deref().map(Pos::of), "zone", Method::SameAz),
         ];
         for (at, key, wanted) in keys {
             if let Some(at) = at
@@ -48,7 +48,7 @@ impl Builder<'_, '_> {
     ) -> Rules {
         let degraded_fallback = self.degraded_match(raw, method);
         if let Some(t) = &raw.safety_threshold
-            && method != Method::Zone
+            && method != Method::SameAz
         {
             self.sink.on(t, "safety_threshold applies to routing: zone only");
         }
@@ -56,7 +56,7 @@ impl Builder<'_, '_> {
             Method::Geographic => self.geographic(eps, endpoints, degraded_fallback),
             Method::Subnet => self.subnet(eps, endpoints, degraded_fallback),
             Method::Performance => self.performance(raw, eps),
-            Method::Zone => self.zone(raw, eps),
+            Method::SameAz => self.same_az(raw, eps),
             _ => Rules::Plain,
         }
     }
@@ -165,7 +165,7 @@ impl Builder<'_, '_> {
     }
 
     /// A latency-table region by name; errors name what is missing.
-    fn region(&mut self, raw: &RawProfile, loc: Option<&S<String>>, at: Pos) -> usize {
+    fn region(&mut self, raw: &RawProfile, loc: Option<&Loc<String>>, at: Pos) -> usize {
         let Some(table) = &self.world.latency else {
             self.sink.on(
                 &raw.routing,
@@ -184,10 +184,11 @@ impl Builder<'_, '_> {
         })
     }
 
-    fn zone(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
+    /// `routing: zone`: each endpoint's availability zone (`zone:`, from `topology.zones`).
+    fn same_az(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
         let safety_threshold =
             int_or(self.sink, raw.safety_threshold.as_deref(), 0, 100, "safety_threshold", 20);
-        let mut zone = Vec::with_capacity(eps.value.len());
+        let mut az = Vec::with_capacity(eps.value.len());
         for ep in &eps.value {
             let z = match &ep.value.zone {
                 None => {
@@ -195,15 +196,15 @@ impl Builder<'_, '_> {
                     0
                 }
                 Some(z) => {
-                    self.world.zone_names.iter().position(|n| *n == z.value).unwrap_or_else(|| {
+                    self.world.az_names.iter().position(|n| *n == z.value).unwrap_or_else(|| {
                         self.sink.on(z, format!("zone {:?} is not in topology.zones", z.value));
                         0
                     })
                 }
             };
-            zone.push(z);
+            az.push(z);
         }
-        Rules::Zone { zone, safety_threshold }
+        Rules::SameAz { az, safety_threshold }
     }
 
     /// `routing: groups`: endpoints of every group, flattened, and the groups as slices.
@@ -224,7 +225,12 @@ impl Builder<'_, '_> {
         (endpoints, Rules::Groups { groups })
     }
 
-    fn group(&mut self, raw: &RawProfile, g: &S<RawGroup>, endpoints: &mut Vec<Endpoint>) -> Group {
+    fn group(
+        &mut self,
+        raw: &RawProfile,
+        g: &Loc<RawGroup>,
+        endpoints: &mut Vec<Endpoint>,
+    ) -> Group {
         let start = endpoints.len();
         for ep in &g.value.endpoints.value {
             let e = self.endpoint(raw, ep, endpoints.len(), Some(Method::Groups));

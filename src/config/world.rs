@@ -1,5 +1,5 @@
 //! Loads the location data named in `steerdns.yaml`: the geo database, the latency table
-//! and the topology of zones (client networks per zone).
+//! and the availability zones (`topology.zones`: client networks per availability zone).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,12 +27,13 @@ pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> World {
             }
         }
     });
-    let (topology, zone_names) = topology(sink, raw);
-    World::new(db, regions, latency, topology, zone_names)
+    let (az_networks, az_names) = availability_zones(sink, raw);
+    World::new(db, regions, latency, az_networks, az_names)
 }
 
-/// `topology.zones`: each zone's networks; networks may not overlap across zones.
-fn topology(sink: &mut Sink<'_>, raw: &RawServer) -> (RangeMap<usize>, Vec<String>) {
+/// `topology.zones`: each availability zone's networks; networks may not overlap across
+/// availability zones.
+fn availability_zones(sink: &mut Sink<'_>, raw: &RawServer) -> (RangeMap<usize>, Vec<String>) {
     let Some(t) = &raw.topology else { return (RangeMap::default(), Vec::new()) };
     let mut entries = Vec::new();
     let mut positions = Vec::new();

@@ -9,7 +9,7 @@ use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 use hickory_proto::serialize::txt::{ParseResult, Parser};
 
 use super::check::int_or;
-use super::raw::{RawZone, S};
+use super::raw::{Loc, RawZone};
 use crate::FastMap;
 use crate::diag::{Pos, Sink};
 use crate::model::zone::{Node, RrSet, Soa, Zone};
@@ -19,7 +19,7 @@ use crate::wire::name::WireName;
 const MAX_TTL: i64 = 2_147_483_647;
 
 /// A zone being built; the serial and fingerprint are set once profiles are attached.
-pub fn build(sink: &mut Sink<'_>, raw: &S<RawZone>, base: &Path) -> Option<Zone> {
+pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path) -> Option<Zone> {
     let z = &raw.value;
     let origin = parse_name(sink, &z.origin, None)?;
     let origin_name = origin.to_name();
@@ -74,7 +74,7 @@ fn soa(sink: &mut Sink<'_>, z: &RawZone, first_ns: WireName, origin: &Name) -> O
 }
 
 /// Parses a domain name, relative names taken relative to `origin` (or as absolute).
-pub fn parse_name(sink: &mut Sink<'_>, v: &S<String>, origin: Option<&Name>) -> Option<WireName> {
+pub fn parse_name(sink: &mut Sink<'_>, v: &Loc<String>, origin: Option<&Name>) -> Option<WireName> {
     match Name::parse(v.value.trim(), origin) {
         Ok(n) if !v.value.trim().is_empty() => Some(WireName::from_name(&n)),
         Ok(_) => {

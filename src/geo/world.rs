@@ -15,9 +15,10 @@ pub struct World {
     pub db: Option<GeoDb>,
     pub regions: Arc<Regions>,
     pub latency: Option<LatencyTable>,
-    /// `topology.zones`: client networks → zone index.
-    pub topology: RangeMap<usize>,
-    pub zone_names: Vec<String>,
+    /// `topology.zones`: client networks → availability-zone index.
+    pub az_networks: RangeMap<usize>,
+    /// Availability-zone names, by index.
+    pub az_names: Vec<String>,
     /// The region chain of every place of `db`, by place id: geographic routing walks it
     /// instead of looking codes up per query.
     chains: Vec<Chain>,
@@ -28,13 +29,13 @@ impl World {
         db: Option<GeoDb>,
         regions: Arc<Regions>,
         latency: Option<LatencyTable>,
-        topology: RangeMap<usize>,
-        zone_names: Vec<String>,
+        az_networks: RangeMap<usize>,
+        az_names: Vec<String>,
     ) -> World {
         let chains = db.as_ref().map_or_else(Vec::new, |db| {
             db.places().all().map(|place| regions.place_chain(place)).collect()
         });
-        World { db, regions, latency, topology, zone_names, chains }
+        World { db, regions, latency, az_networks, az_names, chains }
     }
 
     /// Per place id: 1 + the endpoint the first matching code of its chain maps to, or 0.
@@ -43,7 +44,8 @@ impl World {
         self.chains.iter().map(|c| first(c).map_or(0, |i| i as u32 + 1)).collect()
     }
 
-    /// No geo database, no latency table, no topology; the built-in region hierarchy.
+    /// No geo database, no latency table, no availability zones; the built-in region
+    /// hierarchy.
     pub fn empty() -> World {
         World::new(None, Regions::builtin(), None, RangeMap::default(), Vec::new())
     }

@@ -26,7 +26,8 @@ pub enum Method {
     Geographic,
     Subnet,
     Groups,
-    Zone,
+    /// Same availability zone first (`routing: zone`).
+    SameAz,
 }
 
 impl Method {
@@ -38,7 +39,7 @@ impl Method {
         Method::Multivalue,
         Method::Subnet,
         Method::Groups,
-        Method::Zone,
+        Method::SameAz,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,7 +51,7 @@ impl Method {
             Method::Geographic => "geographic",
             Method::Subnet => "subnet",
             Method::Groups => "groups",
-            Method::Zone => "zone",
+            Method::SameAz => "zone",
         }
     }
 
@@ -109,10 +110,11 @@ pub enum Rules {
     Groups {
         groups: Vec<Group>,
     },
-    Zone {
-        /// Topology zone index of each endpoint.
-        zone: Vec<usize>,
-        /// Percent of serving endpoints the client's zone must hold to be preferred.
+    SameAz {
+        /// Availability-zone index (`topology.zones`) of each endpoint.
+        az: Vec<usize>,
+        /// Percent of serving endpoints the client's availability zone must hold to be
+        /// preferred.
         safety_threshold: u8,
     },
 }
@@ -225,8 +227,9 @@ pub struct Endpoint {
     pub always_serve: bool,
     pub priority: u32,
     pub weight: u32,
-    /// Slot in the health table; nested endpoints derive their status instead.
-    pub health_slot: usize,
+    /// Slot in the health table; `None` for nested endpoints, whose status comes from their
+    /// child profile.
+    pub health_slot: Option<usize>,
     /// `None` for nested and `always_serve` endpoints, which are never probed. Boxed: it is
     /// read only when probes are planned, and inline it was 136 of the endpoint's 224 bytes
     /// (100k profiles: 25 MiB of every snapshot, twice that at a reload's peak).

@@ -194,9 +194,10 @@ fn unchanged(old: &Leaves, p: &Profile) -> Option<usize> {
     let leaves = p.endpoints.iter().filter(|e| !matches!(e.target, Target::Nested(_)));
     for (i, ep) in leaves.enumerate() {
         let l = olds.next()?;
-        let base = *base.get_or_insert(ep.health_slot);
+        let slot = ep.health_slot?;
+        let base = *base.get_or_insert(slot);
         let same = *l.endpoint == *ep.name
-            && base.wrapping_add(i) == ep.health_slot
+            && base + i == slot
             && same_target(&l.target, &ep.target)
             && l.probe.as_ref().map(|k| &k.monitor) == monitor(ep);
         if !same {
@@ -211,8 +212,9 @@ fn build(p: &Profile) -> Placed {
     let mut leaves = Vec::new();
     for ep in &p.endpoints {
         let Some(target) = leaf_target(&ep.target) else { continue };
-        let base = *base.get_or_insert(ep.health_slot);
-        debug_assert_eq!(ep.health_slot, base.wrapping_add(leaves.len()), "slots not consecutive");
+        let slot = ep.health_slot.expect("a load gives every leaf endpoint a health slot");
+        let base = *base.get_or_insert(slot);
+        debug_assert_eq!(slot, base + leaves.len(), "slots not consecutive");
         let probe = monitor(ep).map(|m| ProbeKey { target: target.clone(), monitor: m.clone() });
         leaves.push(Leaf { endpoint: Arc::from(ep.name.as_str()), target, probe });
     }

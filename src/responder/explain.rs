@@ -79,10 +79,10 @@ pub fn down_slots(snap: &Snapshot, downs: &[String]) -> Result<Vec<(usize, Statu
             let name = absolute(snap, p).map_err(|_| err("invalid profile name"))?;
             let pid = snap.profile_by_name(&WireName::from_name(&name)).ok_or_else(|| err("no such profile"))?;
             let ep = snap.profiles[pid].endpoints.iter().find(|x| x.name == e).ok_or_else(|| err("no such endpoint"))?;
-            if ep.health_slot == usize::MAX {
-                return Err(err("a nested endpoint's status comes from its child profile; mark the child's endpoints down"));
-            }
-            Ok((ep.health_slot, Status::Degraded))
+            let slot = ep.health_slot.ok_or_else(|| {
+                err("a nested endpoint's status comes from its child profile; mark the child's endpoints down")
+            })?;
+            Ok((slot, Status::Degraded))
         })
         .collect()
 }

@@ -177,7 +177,9 @@ fn answer<R: Rng + ?Sized>(
                     Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
                 for ep in &endpoints {
                     endpoint_record(&mut w, &ep.target, profile.ttl);
-                    outcome.endpoints.push(ep.health_slot);
+                    if let Some(slot) = ep.health_slot {
+                        outcome.endpoints.push(slot);
+                    }
                 }
                 reply.finish(&mut w, 0, scope);
                 scope

@@ -32,16 +32,16 @@ pub fn pick<'a, H: HealthView + ?Sized>(
         let code = ctx.world.regions.code(id);
         ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
         if nodata(ctx, ep, status, q.want) {
-            return Pick::NoData(scope);
+            return Pick::NoData { scope };
         }
         if fallback_on_degraded && !status.is_serving() {
             ctx.note(|| "degraded_match: fallback — continuing up the hierarchy".to_string());
             continue;
         }
-        return Pick::One(i, scope);
+        return Pick::One { index: i, scope };
     }
     ctx.note(|| "no region code matches".to_string());
-    Pick::NoData(scope)
+    Pick::NoData { scope }
 }
 
 /// The same decision from the compiled mapping: one walk gives the endpoint (class
@@ -59,7 +59,7 @@ fn compiled_pick<'a, H: HealthView + ?Sized>(
     ctx.note(|| format!("same answer for the whole /{scope}"));
     let Some(i) = (class as usize).checked_sub(1) else {
         ctx.note(|| "no region code matches".to_string());
-        return Pick::NoData(scope);
+        return Pick::NoData { scope };
     };
     let ep = &profile.endpoints[i];
     let status = endpoint_status(ctx, ep);
@@ -70,9 +70,9 @@ fn compiled_pick<'a, H: HealthView + ?Sized>(
         format!("{code} matches endpoint {} ({status})", ep.name)
     });
     if nodata(ctx, ep, status, q.want) {
-        return Pick::NoData(scope);
+        return Pick::NoData { scope };
     }
-    Pick::One(i, scope)
+    Pick::One { index: i, scope }
 }
 
 /// A matched endpoint that is stopped, or cannot answer the query's type, answers NODATA:

@@ -37,7 +37,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
             let (u, s) = draw(profile, q, rng);
             match dial::draw(shares, u) {
                 Some(g) => (g, s),
-                None => return Pick::NoData(scope),
+                None => return Pick::NoData { scope },
             }
         }
         Plan::Failover(g) => (*g, 0),
@@ -53,7 +53,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
         profile.sticky,
         rng,
     );
-    Pick::One(i, scope.max(draw_scope).max(s))
+    Pick::One { index: i, scope: scope.max(draw_scope).max(s) }
 }
 
 type Candidates = SmallVec<[Candidate; 8]>;
@@ -103,7 +103,7 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     scope: u8,
 ) -> Pick<'a> {
     if !profile.fail_open {
-        return Pick::NoData(scope);
+        return Pick::NoData { scope };
     }
     let cands: Candidates = g
         .endpoints
@@ -116,11 +116,11 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
         .filter(|c| c.status == crate::model::health::Status::Degraded || c.status.is_serving())
         .collect();
     if cands.is_empty() {
-        return Pick::NoData(scope);
+        return Pick::NoData { scope };
     }
     ctx.note(|| format!("fail open to a random endpoint of group {}", g.name));
     let (i, s) = choose(profile, &cands, |_| 1, q.client, profile.sticky, rng);
-    Pick::One(i, scope.max(s))
+    Pick::One { index: i, scope: scope.max(s) }
 }
 
 fn trace_plan(

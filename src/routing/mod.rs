@@ -11,10 +11,10 @@ mod groups;
 mod multivalue;
 mod performance;
 mod priority;
+mod same_az;
 pub mod status;
 mod subnet;
 pub mod weighted;
-mod zone;
 
 use std::cell::RefCell;
 
@@ -93,15 +93,16 @@ pub struct Candidate {
 
 pub type Candidates = SmallVec<[Candidate; 16]>;
 
-/// What a method chose, before nested endpoints are resolved.
+/// What a method chose, before nested endpoints are resolved. `scope` is the ECS scope
+/// prefix length the choice depended on.
 #[derive(Debug)]
 pub enum Pick<'a> {
-    /// One endpoint (by index in the profile) and the ECS scope of the choice.
-    One(usize, u8),
+    /// One endpoint, by index in the profile.
+    One { index: usize, scope: u8 },
     /// Several leaf endpoints (multivalue).
     Many(ArrayVec<&'a Endpoint, MAX_ANSWERS>),
     /// Nothing to answer with.
-    NoData(u8),
+    NoData { scope: u8 },
 }
 
 /// One query as routing sees it.
@@ -146,14 +147,14 @@ where
         }
         Rules::Performance { region } => performance::pick(ctx, profile, region, q),
         Rules::Groups { groups } => groups::pick(ctx, profile, groups, q, rng),
-        Rules::Zone { zone, safety_threshold } => {
-            zone::pick(ctx, profile, zone, *safety_threshold, q, rng)
+        Rules::SameAz { az, safety_threshold } => {
+            same_az::pick(ctx, profile, az, *safety_threshold, q, rng)
         }
     };
     match pick {
-        Pick::One(i, scope) => resolve(ctx, &profile.endpoints[i], q, scope, rng),
+        Pick::One { index, scope } => resolve(ctx, &profile.endpoints[index], q, scope, rng),
         Pick::Many(endpoints) => Decision::Answer { endpoints, scope: 0 },
-        Pick::NoData(scope) => {
+        Pick::NoData { scope } => {
             ctx.note(|| "no endpoint can answer: NODATA".to_string());
             Decision::NoData { scope }
         }
@@ -168,15 +169,15 @@ where
 {
     let eligible = eligible(ctx, profile, q.want);
     if eligible.is_empty() {
-        return Pick::NoData(0);
+        return Pick::NoData { scope: 0 };
     }
     match profile.method {
         crate::model::Method::Weighted => {
             let (i, scope) = weighted::pick(profile, &eligible, q.client, rng);
-            Pick::One(i, scope)
+            Pick::One { index: i, scope }
         }
         crate::model::Method::Multivalue => Pick::Many(multivalue::pick(profile, &eligible, rng)),
-        _ => Pick::One(priority::pick(profile, &eligible), 0),
+        _ => Pick::One { index: priority::pick(profile, &eligible), scope: 0 },
     }
 }
 

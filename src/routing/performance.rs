@@ -19,7 +19,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
 ) -> Pick<'a> {
     let all = eligible(ctx, profile, q.want);
     if all.is_empty() {
-        return Pick::NoData(0);
+        return Pick::NoData { scope: 0 };
     }
     let mut order = crate::geo::RegionOrder::new();
     let scope = ctx.world.region_order(q.client, &mut order);
@@ -39,13 +39,13 @@ pub fn pick<'a, H: HealthView + ?Sized>(
             )
         });
         if here.len() == 1 {
-            return Pick::One(here[0].index, scope);
+            return Pick::One { index: here[0].index, scope };
         }
         // Deterministic per client subnet: a rendezvous hash with equal weights.
         let (i, sticky) = sticky_pick(profile, &here, |_| 1, q.client);
-        return Pick::One(i, scope.max(sticky));
+        return Pick::One { index: i, scope: scope.max(sticky) };
     }
-    Pick::NoData(scope)
+    Pick::NoData { scope }
 }
 
 #[cfg(test)]

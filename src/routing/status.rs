@@ -15,7 +15,7 @@ pub fn endpoint_status<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, ep: &Endpoint) -
     // writes them), so one lookup serves every leaf and `explain --down` can override any.
     match &ep.target {
         Target::Nested(n) => child_status(ctx, n),
-        _ => ctx.health.status(ep.health_slot),
+        _ => ep.health_slot.map_or(Status::Degraded, |slot| ctx.health.status(slot)),
     }
 }
 

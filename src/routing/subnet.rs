@@ -21,14 +21,18 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     let scope = hit.scope;
     let answer = |i: usize| {
         let ep = &profile.endpoints[i];
-        if ep.can_answer(q.want, ctx.profiles) { Pick::One(i, scope) } else { Pick::NoData(scope) }
+        if ep.can_answer(q.want, ctx.profiles) {
+            Pick::One { index: i, scope }
+        } else {
+            Pick::NoData { scope }
+        }
     };
     let fallback_or_nodata = || match fallback.filter(|&f| profile.endpoints[f].enabled) {
         Some(f) => {
             ctx.note(|| format!("fallback endpoint {}", profile.endpoints[f].name));
             answer(f)
         }
-        None => Pick::NoData(scope),
+        None => Pick::NoData { scope },
     };
     match hit.value {
         Some(&i) => {

@@ -72,7 +72,7 @@ impl Lab {
             always_serve: false,
             priority: eps.len() as u32 + 1,
             weight: 1,
-            health_slot: if nested { usize::MAX } else { self.slots },
+            health_slot: (!nested).then_some(self.slots),
             monitor: None,
         });
         if !nested {
@@ -87,8 +87,8 @@ impl Lab {
         crate::config::compute_families(&mut self.profiles);
         let mut statuses = vec![Status::Checking; self.slots];
         for ep in self.profiles.iter().flat_map(|p| &p.endpoints) {
-            if ep.always_serve && ep.health_slot < self.slots {
-                statuses[ep.health_slot] = Status::Unmonitored;
+            if let (true, Some(slot)) = (ep.always_serve, ep.health_slot) {
+                statuses[slot] = Status::Unmonitored;
             }
         }
         self.health = HealthTable::new(statuses);
@@ -120,16 +120,16 @@ impl Lab {
         self.world.latency.as_ref().unwrap().region(name).unwrap()
     }
 
-    /// Sets `topology.zones`.
-    pub fn topology(&mut self, zones: &[(&str, &[&str])]) {
+    /// Sets the availability zones (`topology.zones`).
+    pub fn availability_zones(&mut self, zones: &[(&str, &[&str])]) {
         let mut entries = Vec::new();
         for (z, (name, nets)) in zones.iter().enumerate() {
-            self.world.zone_names.push(name.to_string());
+            self.world.az_names.push(name.to_string());
             for n in *nets {
                 entries.push((crate::netrange::Range::parse(n).unwrap(), z));
             }
         }
-        self.world.topology = crate::netrange::RangeMap::new(entries).unwrap();
+        self.world.az_networks = crate::netrange::RangeMap::new(entries).unwrap();
     }
 }
 

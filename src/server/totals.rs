@@ -66,7 +66,7 @@ fn counter_series(s: &Snapshot) -> Vec<(Series, u64)> {
     }
     for p in &s.profiles {
         for ep in &p.endpoints {
-            let n = c.answers(ep.health_slot);
+            let n = ep.health_slot.map_or(0, |slot| c.answers(slot));
             if n > 0 {
                 let labels = vec![("profile", p.name.clone()), ("endpoint", ep.name.clone())];
                 out.push((Series::new("steerdns_answers", labels), n));

@@ -1,7 +1,9 @@
-//! `routing: zone` — same zone first, with a safety threshold (Alibaba MSE): when the
-//! client's zone holds at least `safety_threshold`% of the profile's serving endpoints, one
-//! of them answers (evenly); otherwise, or when the client's zone is unknown, any serving
-//! endpoint does. The threshold keeps a small zone from being flooded.
+//! `routing: zone` — same availability zone first, with a safety threshold (Alibaba MSE):
+//! when the client's availability zone (from `topology.zones`) holds at least
+//! `safety_threshold`% of the profile's serving endpoints, one of them answers (evenly);
+//! otherwise, or when the client's availability zone is unknown, any serving endpoint does.
+//! The threshold keeps a small availability zone from being flooded. ("Zone" alone means a
+//! DNS zone everywhere else in the code.)
 
 use rand::Rng;
 use smallvec::SmallVec;
@@ -15,24 +17,24 @@ use super::{Candidate, Ctx, Pick, Query, eligible};
 pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
-    zone_of: &[usize],
+    az_of: &[usize],
     threshold: u8,
     q: Query<'_>,
     rng: &mut R,
 ) -> Pick<'a> {
     let all = eligible(ctx, profile, q.want);
     if all.is_empty() {
-        return Pick::NoData(0);
+        return Pick::NoData { scope: 0 };
     }
-    let hit = ctx.world.topology.lookup(q.client.addr);
+    let hit = ctx.world.az_networks.lookup(q.client.addr);
     let scope = hit.scope.min(q.client.prefix);
     let local: SmallVec<[Candidate; 16]> = match hit.value {
-        Some(&z) => all.iter().copied().filter(|c| zone_of[c.index] == z).collect(),
+        Some(&z) => all.iter().copied().filter(|c| az_of[c.index] == z).collect(),
         None => SmallVec::new(),
     };
     let enough = !local.is_empty() && local.len() * 100 >= usize::from(threshold) * all.len();
     ctx.note(|| {
-        let zone = hit.value.map_or("unknown", |&z| ctx.world.zone_names[z].as_str());
+        let zone = hit.value.map_or("unknown", |&z| ctx.world.az_names[z].as_str());
         format!(
             "client zone {zone}: {} of {} serving endpoints there (threshold {threshold}%) → {}",
             local.len(),
@@ -42,7 +44,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     });
     let cands = if enough { &local[..] } else { &all[..] };
     let (i, s) = choose(profile, cands, |_| 1, q.client, profile.sticky, rng);
-    Pick::One(i, scope.max(s))
+    Pick::One { index: i, scope: scope.max(s) }
 }
 
 #[cfg(test)]
@@ -57,13 +59,13 @@ mod tests {
     /// a1, a2 in zone-a (10.1.0.0/16); b1, b2, b3 in zone-b (10.2.0.0/16).
     fn lab(threshold: u8) -> Lab {
         let mut w = Lab::new();
-        w.topology(&[("zone-a", &["10.1.0.0/16"]), ("zone-b", &["10.2.0.0/16"])]);
-        let p = w.profile("svc", Method::Zone);
+        w.availability_zones(&[("zone-a", &["10.1.0.0/16"]), ("zone-b", &["10.2.0.0/16"])]);
+        let p = w.profile("svc", Method::SameAz);
         let zones = [0, 0, 1, 1, 1];
         for (i, name) in ["a1", "a2", "b1", "b2", "b3"].iter().enumerate() {
             w.ep(p, name, &format!("192.0.2.{}", i + 1));
         }
-        w.profiles[p].rules = Rules::Zone { zone: zones.to_vec(), safety_threshold: threshold };
+        w.profiles[p].rules = Rules::SameAz { az: zones.to_vec(), safety_threshold: threshold };
         w.finish()
     }
 
