@@ -5,7 +5,7 @@
 # Workloads (-W, comma-separated, or `all`):
 #   mixed       weighted 3:2:1 (lb), priority (www), multivalue of 3 (pool), static A/TXT;
 #               steerdns vs gdnsd over UDP; case `mixed-geo-ecs` adds the geographic name
-#               (20 %) and ECS from a random /24 on every query (issue 6 workload 1)
+#               (20 %) and ECS from a random /24 on every query (workload 1)
 #   static      the static A/TXT names only: steerdns vs gdnsd vs Knot
 #   ecs         a geographic name, every query with EDNS Client Subnet from a random client /24
 #               (a different /24 on every query of a 200k-query file); the database is a
@@ -235,7 +235,7 @@ static_lines | shuffle >"$WORK/q/static.txt"
 # query, so queries that each carry their own client /24 are written out in wire format.
 Q=200000   # queries per file; dnsperf loops over the file
 $BD queries "$WORK/q/ecs.bin" geo.bench.test --ecs random24 --count $Q
-# Issue 6 workload 1: the mixed names plus the geographic one, ECS on every query.
+# the performance targets workload 1: the mixed names plus the geographic one, ECS on every query.
 $BD queries "$WORK/q/mixed-geo-ecs.bin" lb.bench.test:A:25 www.bench.test:A:15 \
   pool.bench.test:A:15 geo.bench.test:A:20 s1.bench.test:A:5 s2.bench.test:A:5 \
   s3.bench.test:A:5 ns1.bench.test:A:3 info.bench.test:TXT:4 txt2.bench.test:TXT:3 \
@@ -413,7 +413,7 @@ EOF
   echo "$STATIC_RECORDS"
 } >"$WORK/kn/zones/bench.test.zone"
 
-# steerdns with one profile per routing method (issue 6 workload 3), the large geo database
+# steerdns with one profile per routing method (workload 3), the large geo database
 # and the repo's sample latency table. Names: prio weighted geo subnet perf mv8 groups4 n0.
 if wants methods; then
   d=$WORK/sd-methods
@@ -830,7 +830,7 @@ echo "================ ratios of the medians (qps >1: more answers per second;" 
 } | column -t -s $'\t' | sed 's/^/   /'
 
 if wants methods; then
-  echo "================ methods: CPU per query of each method / static A names (issue 6: <= 1.5);"
+  echo "================ methods: CPU per query of each method / static A names (target: <= 1.5);"
   echo "   usr_ = the user-space part alone (the server's own code, without the socket calls)"
   base=$(median methods static steerdns 7); base_ecs=$(median methods static-ecs steerdns 7)
   ubase=$(median methods static steerdns 8); ubase_ecs=$(median methods static-ecs steerdns 8)

@@ -1,9 +1,20 @@
 //! steerdns: an authoritative DNS traffic manager.
 //!
-//! The crate is split into a functional core — `config` (YAML to an immutable `Snapshot`),
-//! `routing` (pure decisions), `dns::request`/`response`/`responder` (bytes in, bytes out) —
-//! and an imperative shell — `dns::udp`, `dns::tcp` and `server` — that only moves data in
-//! and out of it. `main.rs` is a thin CLI over `commands`.
+//! Modules import only from the layers below their own, never sideways up or in a cycle:
+//!
+//! 1. `wire` (DNS wire format), `diag` (errors located at FILE:LINE:COL), `netrange`,
+//!    `hash` — no imports from the crate.
+//! 2. `geo` (where a client is), then `model` (the immutable snapshot: profiles, zones,
+//!    statuses, counters).
+//! 3. `routing` — pure decisions over a snapshot.
+//! 4. `responder` (query bytes in, reply bytes out; `explain` runs it too) and `config`
+//!    (files in, a snapshot out; it reads files and spawns threads, so it is not pure).
+//! 5. `probe` — the health prober, writing statuses into the snapshot's health table.
+//! 6. `server` (sockets, reloads, file watching, the admin API) and `commands` (what the
+//!    CLI subcommands do) — the shell, which only moves data in and out of the core.
+//!
+//! `main.rs` parses the command line and maps errors to exit codes. `docs/architecture.md`
+//! follows a query, a probe result and a reload through these modules.
 
 pub mod commands;
 pub mod config;

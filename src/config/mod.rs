@@ -156,8 +156,8 @@ fn server(
     (listen, zones, world, profiles_dir)
 }
 
-/// Drops `value` on another thread, beside the remaining work: freeing 100k parsed
-/// documents takes about a tenth of a second. Inline when no thread can be started.
+/// Drops `value` on another thread, beside the remaining work: freeing many parsed
+/// documents takes a noticeable time. Inline when no thread can be started.
 fn drop_aside<T: Send + 'static>(value: T) -> Option<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("config-drop".into()).spawn(move || drop(value)).ok()
 }
@@ -285,8 +285,7 @@ fn set_serials(zones: &mut [Zone], profiles: &[Profile], previous: Option<&Snaps
 fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> u64 {
     let mut h = DefaultHasher::new();
     (zone.ttl, &zone.soa).hash(&mut h);
-    // Order-independent (a sum of per-node hashes): sorting 100k names cost more than
-    // hashing them.
+    // Order-independent (a sum of per-node hashes), so the names need no sorting.
     let nodes = zone.nodes.iter().fold(0u64, |sum, (name, node)| {
         let mut nh = DefaultHasher::new();
         (name, &node.rrsets).hash(&mut nh);

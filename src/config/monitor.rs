@@ -1,5 +1,5 @@
 //! Health monitors: the profile's `monitor` with an endpoint's `monitor` merged over it
-//! field by field, validated after the merge (contract §3).
+//! field by field, validated after the merge (`docs/configuration.md`, "monitor").
 
 use std::time::Duration;
 

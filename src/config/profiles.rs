@@ -1,5 +1,5 @@
 //! Validates each profile read from `profiles/*.yaml` (see `files`): names, endpoints,
-//! targets, per-method rules, monitors and nesting (contract §3).
+//! targets, per-method rules, monitors and nesting (`docs/configuration.md`).
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -121,10 +121,9 @@ impl Context<'_> {
 }
 
 /// Builds the named profiles in parallel (see `in_chunks`): each profile depends only on
-/// its document and the shared context. (Parsed documents are freed only after all are
-/// built: freeing each one as its profile is built barely lowers the peak but scatters the
-/// profiles over the freed space, so that with 100k profiles the RSS after the load stayed
-/// ~100 MB higher.)
+/// its document and the shared context. Parsed documents are freed only after all are
+/// built: freeing each one as its profile is built scatters the profiles over the freed
+/// space and leaves the memory after the load higher.
 fn build_parallel(
     ctx: &Context<'_>,
     sources: &[Source],

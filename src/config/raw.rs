@@ -1,4 +1,4 @@
-//! `Raw*` structs mirror the YAML exactly (contract §2 and §3) and reject unknown keys.
+//! `Raw*` structs mirror the YAML exactly (`docs/configuration.md`) and reject unknown keys.
 //! Values that later checks may complain about are `S` (located), so every error can name
 //! its FILE:LINE:COL. No meaning is given to anything here; `validate` does that.
 
@@ -13,8 +13,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 use crate::diag::{Located, Pos};
 
 // Optional values of the per-profile structs are boxed: with a dozen absent keys per
-// endpoint, inline values made every endpoint several times larger, and the larger structs
-// made loading 100k profiles slower (more to move and to fault in), not faster.
+// endpoint, inline values would make every endpoint several times larger, and large
+// configurations slower to load (more to move and to fault in).
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -195,9 +195,7 @@ impl<'de> Deserialize<'de> for Int {
 /// serde-saphyr's own `Spanned` reads the same positions, but through a synthetic map of
 /// four entries whose two locations are maps of their own, with a `String` allocated for
 /// the first key, and it keeps two full locations (56 bytes) where only line and column
-/// are used. Loading 100k profiles with it took ~10% more CPU and 75 MB more memory.
-/// Parsing with no positions at all was only ~4% faster still: not worth a second parse
-/// to locate errors.
+/// are used.
 #[derive(Debug)]
 pub struct Loc<T> {
     pub value: T,

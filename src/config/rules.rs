@@ -1,4 +1,4 @@
-//! Method-specific profile rules (contract §3 and §5): region codes for geographic,
+//! Method-specific profile rules (`docs/configuration.md`, `docs/routing.md`): region codes for geographic,
 //! ranges and the fallback for subnet, latency regions for performance, endpoint groups
 //! with traffic dials, and topology zones for same-zone-first routing.
 

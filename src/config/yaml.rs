@@ -1,9 +1,9 @@
 //! A quick reader for profile documents in the shape operators write them: mappings,
 //! sequences and scalars, without anchors, aliases, tags or merge keys. It feeds
 //! granit-parser's events (the parser serde-saphyr itself runs) straight into the `Raw*`
-//! structs. serde-saphyr's own layer over those events (buffering, key fingerprints,
-//! budgets, redaction scopes) costs more than the parsing: 100k profiles took 0.49 s of
-//! parser events but 1.40 s through serde-saphyr.
+//! structs, because serde-saphyr's own layer over those events (buffering, key
+//! fingerprints, budgets, redaction scopes) costs more than the parsing itself (figures in
+//! `bench/RESULTS.md`).
 //!
 //! It never decides anything serde-saphyr might decide differently. Whenever a document
 //! holds something it does not read exactly as serde-saphyr does (an anchor or alias, a
@@ -64,8 +64,7 @@ const MAX_DEPTH: usize = 48;
 const MAX_KEYS: usize = 64;
 
 /// Where an event starts, as serde-saphyr reports it (line from 1, column from 1). Only
-/// this is kept of the parser's span: moving whole spans with every event cost more than
-/// reading them.
+/// this is kept of the parser's span, which is larger and copied with every event.
 #[derive(Clone, Copy)]
 struct Mark {
     line: u64,

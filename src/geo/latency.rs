@@ -1,4 +1,4 @@
-//! The latency table (`latency.yaml`, contract §6): region coordinates and measured round-trip
+//! The latency table (`latency.yaml`, format in `docs/configuration.md`): region coordinates and measured round-trip
 //! times from client networks and places to each region, used by performance and groups
 //! routing to order regions for a client.
 //!

@@ -1,5 +1,5 @@
 //! The region hierarchy: `WORLD` → regional groupings (`GEO-EU`, `GEO-ME`, …) → ISO 3166-1
-//! countries → ISO 3166-2 subdivisions written `CC-SUB` (contract §5).
+//! countries → ISO 3166-2 subdivisions written `CC-SUB` (`docs/routing.md`, "Region codes").
 //!
 //! It is data, not code: `geo-data/regions.yaml` (embedded here with `include_str!` so a
 //! binary without the file still works) lists each grouping's countries and the known

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Monitor status of an endpoint (contract §5).
+/// Monitor status of an endpoint (the statuses are described in `docs/routing.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Status {

@@ -16,7 +16,7 @@ pub type ProfileId = usize;
 /// Most records one routing decision returns (multivalue's `max_return` is at most 10).
 pub const MAX_ANSWERS: usize = 10;
 
-/// How a profile chooses among its endpoints (contract §5).
+/// How a profile chooses among its endpoints (`docs/routing.md`, "Routing methods").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
     Priority,
@@ -231,8 +231,8 @@ pub struct Endpoint {
     /// child profile.
     pub health_slot: Option<usize>,
     /// `None` for nested and `always_serve` endpoints, which are never probed. Boxed: it is
-    /// read only when probes are planned, and inline it was 136 of the endpoint's 224 bytes
-    /// (100k profiles: 25 MiB of every snapshot, twice that at a reload's peak).
+    /// read only when probes are planned, and inline it would be most of the endpoint's
+    /// size in every snapshot.
     pub monitor: Option<Box<Monitor>>,
 }
 

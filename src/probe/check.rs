@@ -1,4 +1,4 @@
-//! One health check of one probe: an HTTP(S) GET or a TCP connect (contract §7).
+//! One health check of one probe: an HTTP(S) GET or a TCP connect (`docs/probing.md`).
 //!
 //! Everything that does not change between runs (the request bytes, the TLS client and
 //! server name) is prepared once per probe in `Check::new`; `Check::run` does the I/O, over

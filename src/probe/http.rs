@@ -4,8 +4,8 @@
 //!
 //! A general HTTP client does far more per request than a probe needs (header maps, URL
 //! handling, a connection pool, a spawned connection task, vectored writes and a shutdown
-//! per connection); at thousands of probes per second that was most of the prober's own
-//! CPU. Every probe opens a fresh connection and asks the server to close it, so nothing
+//! per connection); at thousands of probes per second that would be most of the prober's
+//! own CPU. Every probe opens a fresh connection and asks the server to close it, so nothing
 //! here deals with keep-alive or pipelining.
 
 use std::io;

@@ -1,4 +1,4 @@
-//! The monitor state machine of one probe (contract §7, after Azure Traffic Manager).
+//! The monitor state machine of one probe (after Azure Traffic Manager; `docs/probing.md`, "Status state machine").
 //!
 //! Pure: no clock, no I/O. A probe starts `checking` (which serves); one success makes it
 //! `online`; more than `tolerated_failures` consecutive failures make it `degraded`; one

@@ -1,5 +1,5 @@
 //! Traffic-dial arithmetic for `routing: groups` (Alibaba Cloud Global Accelerator's
-//! rules, contract §5): how much of the traffic each endpoint group takes, given the
+//! rules in `docs/routing.md`, "groups"): how much of the traffic each endpoint group takes, given the
 //! client's group order, which groups are healthy and each group's dial.
 
 use smallvec::SmallVec;
@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn seed_examples() {
-        // (dials, healthy, expected shares) — contract §5 and the Alibaba Cloud GA examples.
+        // (dials, healthy, expected shares) — the shares table of `docs/routing.md` and the Alibaba Cloud GA examples.
         let cases: &[(&[u8], &[bool], &[f64])] = &[
             (&[100, 100], &[true, true], &[1.0, 0.0]),
             (&[50, 100], &[true, true], &[0.5, 0.5]),

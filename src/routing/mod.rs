@@ -216,8 +216,8 @@ pub fn eligible<H: HealthView + ?Sized>(
     profile: &Profile,
     want: Want,
 ) -> Candidates {
-    // One list, filled by push and filtered in place, is the only one returned: collecting
-    // and moving a few hundred bytes of candidates showed up as memcpy on every query.
+    // One list, filled by push and filtered in place, is the only one returned, so the few
+    // hundred bytes of candidates are not copied on every query.
     let mut list = Candidates::new();
     for (index, ep) in profile.endpoints.iter().enumerate() {
         if ep.enabled && ep.can_answer(want, ctx.profiles) {

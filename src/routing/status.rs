@@ -1,5 +1,5 @@
 //! Endpoint statuses as routing sees them, including the status a parent derives for a
-//! nested endpoint from its child profile (contract §5, after Azure Traffic Manager).
+//! nested endpoint from its child profile (after Azure Traffic Manager; `docs/routing.md`, "Nested endpoints").
 
 use crate::model::health::{HealthView, Status};
 use crate::model::{Endpoint, Nested, Target};

@@ -105,7 +105,7 @@ pub fn rng(seed: u64) -> SmallRng {
 }
 
 impl Lab {
-    /// Loads a latency table from YAML text (contract §6 format).
+    /// Loads a latency table from YAML text (the format of `docs/configuration.md`, "Latency table").
     pub fn latency(&mut self, yaml: &str) {
         let table = crate::geo::LatencyTable::parse(
             yaml,

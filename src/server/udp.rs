@@ -51,8 +51,7 @@ pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<UdpSocket>> {
 /// Replies leave with DF set and are never fragmented here, as RFC 9715 asks of DNS
 /// responders; they fit any path anyway (at most 1232 bytes of DNS, see `responder`).
 /// `PROBE` also ignores path-MTU updates, which spoofed ICMP could lower. And with DF set
-/// the kernel skips computing an IP ID for every reply (about 2% of a busy server's
-/// samples).
+/// the kernel skips computing an IP ID for every reply.
 fn never_fragment(s: &Socket, addr: SocketAddr) -> io::Result<()> {
     let (level, name, value) = match addr {
         SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE),
@@ -124,8 +123,8 @@ struct Worker {
 }
 
 /// The `recvmmsg`/`sendmmsg` headers, set up once: a batch only resets the address
-/// lengths the kernel overwrote, where building them for every call was a 2 KiB memset
-/// and an address conversion per reply. Boxed, because the headers point into it.
+/// lengths the kernel overwrote, instead of zeroing the headers and converting addresses
+/// for every call. Boxed, because the headers point into it.
 struct Headers {
     addrs: [libc::sockaddr_storage; BATCH],
     rx_iov: [libc::iovec; BATCH],

@@ -46,8 +46,8 @@ pub struct Request<'a> {
 }
 
 /// Where `parse` writes the lower-cased QNAME. The caller owns it so that the name is
-/// written once, in place: returned inside the result, its 255 bytes were copied several
-/// times per query (the largest user-space cost of answering a static name).
+/// written once, in place: returned inside the result, its 255 bytes would be copied
+/// several times per query.
 pub type NameBuf = ArrayVec<u8, 255>;
 
 /// What to do with a packet.
@@ -107,8 +107,8 @@ pub fn parse<'a>(p: &'a [u8], name: &'a mut NameBuf) -> Parsed<'a> {
 /// Reads the question name (no compression allowed there) into `out`, lower-cased;
 /// returns the position after it.
 fn read_qname(p: &[u8], start: usize, out: &mut NameBuf) -> Result<usize, Bad> {
-    // The labels are checked first and the name then copied and lower-cased in one go:
-    // byte-by-byte pushes were a visible part of every query.
+    // The labels are checked first and the name then copied and lower-cased in one go,
+    // rather than pushed byte by byte.
     let mut pos = start;
     loop {
         let len = *p.get(pos).ok_or(Bad)? as usize;
