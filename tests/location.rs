@@ -165,12 +165,12 @@ async fn geographic_most_specific_code_wins() {
         (SYDNEY, 32, "world", (5, 5)),
         (SAO_PAULO, 32, "world", (22, 22)),
         (NOWHERE, 32, "world", (0, 32)), // no location: only WORLD matches
-        ("192.0.2.0", 24, "fr", (24, 24)), // the /25 network, capped at the source /24
+        ("192.0.2.0", 24, "fr", (25, 25)), // the /25 network, longer than the source /24
         ("192.0.2.128", 25, "usca", (25, 25)),
         // Frankfurt and Berlin /24s are siblings, both DE: the answer holds for the /23.
         ("100.64.41.77", 32, "eu", (23, 23)),
         ("100.64.40.0", 24, "eu", (23, 23)),
-        ("100.64.40.0", 22, "eu", (22, 22)),
+        ("100.64.40.0", 22, "eu", (23, 23)),
     ];
     let mut failures = Vec::new();
     for (i, (client, source, want, (lo, hi))) in cases.iter().enumerate() {
@@ -204,32 +204,31 @@ async fn geographic_ipv6_clients_use_the_ecs_prefix() {
             "{client}/{source}"
         );
     }
-    // A /32 source on the London /48: the decision used 48 bits, but only 32 were sent.
-    let (got, scope) = pick(&h, GEO, "geo", "2001:db8::", 32).await;
-    assert!(scope <= 32, "scope /{scope} exceeds the source /32 ({got})");
+    // A /32 source: 2001:db8::/48 has no data (WORLD), and the next /48 is London, so the
+    // answer holds for the /48 only, longer than the source: the resolver asks again for
+    // clients outside it.
+    assert_eq!(pick(&h, GEO, "geo", "2001:db8::", 32).await, ("world", 48));
     h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn geographic_scope_never_exceeds_the_source_prefix() {
+async fn geographic_scope_is_the_answers_block_whatever_the_source_prefix() {
     let h = Harness::location(&[]).await;
-    // FR is a /25 in the database: /32, /25, /24 and /16 sources.
-    for (client, source, max) in [
-        (PARIS, 32u8, 25u8),
-        ("192.0.2.0", 25, 25),
-        ("192.0.2.0", 24, 24),
-        ("192.0.0.0", 16, 16),
-        ("198.51.0.0", 16, 16),
-        (SF, 32, 25),
+    // FR is 192.0.2.0/25 and US-CA 192.0.2.128/25 in the database. The scope is the block
+    // the answer holds for, also when that is longer than the source: a /24 question gets
+    // FR's /25, so a caching resolver asks again for the clients of the other half.
+    for (client, source, want, scope) in [
+        (PARIS, 32u8, "fr", 25u8),
+        ("192.0.2.0", 25, "fr", 25),
+        ("192.0.2.0", 24, "fr", 25),
+        (SF, 32, "usca", 25),
+        ("192.0.2.128", 25, "usca", 25),
+        // 192.0.0.0 has no data (WORLD); 192.0.2.0/24 answers otherwise, so a /16 question
+        // gets the /23 that holds 192.0.0.0.
+        ("192.0.0.0", 16, "world", 23),
     ] {
-        let r = h.udp(&query("geo", client, source)).await;
-        let scope = scope_of(&r, client, source);
-        assert!(scope <= max, "{client}/{source}: scope /{scope} > /{max}: {r:#?}");
-        assert!(scope <= source, "{client}/{source}: scope /{scope} > source");
+        assert_eq!(pick(&h, GEO, "geo", client, source).await, (want, scope), "{client}/{source}");
     }
-    // Exact values where the database network is smaller than the source.
-    assert_eq!(pick(&h, GEO, "geo", PARIS, 32).await, ("fr", 25));
-    assert_eq!(pick(&h, GEO, "geo", "192.0.2.0", 24).await, ("fr", 24));
     h.stop().await;
 }
 
@@ -689,9 +688,10 @@ async fn zone_scope_is_the_topology_network() {
             assert_eq!(got, scope, "{client}/{source}");
         }
     }
-    // A source shorter than the zone network: never more than the source.
+    // A source shorter than the availability zone's network: 10.0.0.0 is in no zone, and
+    // the answer holds for 10.0.0.0/16 only (10.1.0.0/16 is zone-a), longer than the source.
     let (_, got) = pick(&h, SVC, "svc", "10.0.0.0", 8).await;
-    assert!(got <= 8, "10.0.0.0/8: scope /{got}");
+    assert_eq!(got, 16, "10.0.0.0/8: scope /{got}");
     h.stop().await;
 }
 

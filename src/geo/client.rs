@@ -58,23 +58,22 @@ impl Client {
         c
     }
 
-    /// The client's location, looked up on first use. The prefix never exceeds what the
-    /// client told us (an ECS /24 cannot justify a /28 scope).
+    /// The client's location, looked up on first use, and the prefix length of the network
+    /// that decided it. That prefix may be longer than the client's own (an ECS /24 whose
+    /// first /25 is in one country): it is the block the answer holds for, and a resolver
+    /// that gets it as the ECS scope asks again for clients outside it.
     pub fn located(&self, world: &World) -> Located {
-        let mut l = *self.located.get_or_init(|| world.locate(self.addr));
-        l.prefix = l.prefix.min(self.prefix);
-        l
+        *self.located.get_or_init(|| world.locate(self.addr))
     }
 
     /// The region ids to try for the client's place (looked up on first use), most
-    /// specific first, and how many address bits decided the place (never more than the
-    /// client told us).
+    /// specific first, and how many address bits decided the place (which may be more
+    /// than the client sent, as with `located`).
     pub fn region_chain(&self, world: &World) -> (Chain, u8) {
-        let (chain, len) = match self.place_hit(world) {
+        match self.place_hit(world) {
             PlaceHit::Found { id, len } => (world.chain(id), len),
             PlaceHit::Known { place, len } => (world.regions.place_chain(place), len),
-        };
-        (chain, len.min(self.prefix))
+        }
     }
 
     /// The address to look up in tables compiled from the geo database; `None` when the

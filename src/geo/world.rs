@@ -96,11 +96,10 @@ impl World {
         out.extend((0..table.regions().len()).map(|r| (r, table.metric(&row, loc, r))));
         // Stable, and allocation-free for the handful of regions a table has.
         out.sort_by_key(|a| a.1);
-        let scope = match row {
+        match row {
             RowMatch::Cidr { .. } => row.scope(),
             _ => row.scope().max(located.prefix),
-        };
-        scope.min(client.prefix)
+        }
     }
 
     pub fn region_name(&self, region: usize) -> &str {

@@ -22,7 +22,7 @@ pub fn pick<'a, H: HealthView + ?Sized>(
         return compiled_pick(ctx, profile, by_region, classes, addr, q);
     }
     // The answer depends only on the client's country and subdivision: its scope is the
-    // widest block at that place, never more bits than the client sent.
+    // widest block at that place, however many bits the client sent.
     let (chain, scope) = q.client.region_chain(ctx.world);
     ctx.note(|| format!("same place for the whole /{scope}"));
     for &id in chain.ids() {
@@ -54,8 +54,7 @@ fn compiled_pick<'a, H: HealthView + ?Sized>(
     addr: std::net::IpAddr,
     q: Query<'_>,
 ) -> Pick<'a> {
-    let (class, len) = classes.lookup(addr);
-    let scope = len.min(q.client.prefix);
+    let (class, scope) = classes.lookup(addr);
     ctx.note(|| format!("same answer for the whole /{scope}"));
     let Some(i) = (class as usize).checked_sub(1) else {
         ctx.note(|| "no region code matches".to_string());
@@ -154,11 +153,12 @@ mod tests {
     }
 
     #[test]
-    fn scope_never_exceeds_the_client_prefix() {
+    fn scope_is_the_answers_block_even_past_the_client_prefix() {
+        // A /20 client whose place was decided by a /24: the answer holds for the /24 only.
         let w = lab(false, true);
         let mut client = client_in("198.51.100.0", "FR", "", None, 24);
         client.prefix = 20;
-        assert_eq!(answer(&w, &client), (vec!["fr".to_string()], 20));
+        assert_eq!(answer(&w, &client), (vec!["fr".to_string()], 24));
     }
 
     #[test]

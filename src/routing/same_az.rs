@@ -27,7 +27,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
         return Pick::NoData { scope: 0 };
     }
     let hit = ctx.world.az_networks.lookup(q.client.addr);
-    let scope = hit.scope.min(q.client.prefix);
+    let scope = hit.scope;
     let local: SmallVec<[Candidate; 16]> = match hit.value {
         Some(&z) => all.iter().copied().filter(|c| az_of[c.index] == z).collect(),
         None => SmallVec::new(),
