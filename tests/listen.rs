@@ -74,10 +74,19 @@ async fn udp_threads_sets_the_sockets_and_threads_per_address_and_is_at_least_on
     let server = Server::start(&path).await.unwrap();
     let port = server.dns_addrs()[0].port();
     let prefix = format!("udp-{port}-");
-    let mut ours: Vec<String> =
-        thread_names().into_iter().filter(|n| n.starts_with(&prefix)).collect();
-    ours.sort();
-    assert_eq!(ours, ["0", "1", "2"].map(|i| format!("{prefix}{i}")));
+    let want = ["0", "1", "2"].map(|i| format!("{prefix}{i}"));
+    // A spawned thread names itself once it runs, which may be just after `start` returns.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let ours = loop {
+        let mut ours: Vec<String> =
+            thread_names().into_iter().filter(|n| n.starts_with(&prefix)).collect();
+        ours.sort();
+        if ours == want || std::time::Instant::now() > deadline {
+            break ours;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(ours, want);
     server.shutdown().await;
 
     let zero = config_with(dir.path(), "\"127.0.0.1:0\"", "  udp_threads: 0\n");
