@@ -10,8 +10,9 @@ pub mod fixtures;
 pub mod http;
 pub mod prometheus;
 pub mod reply;
+pub mod resolver;
 pub mod server;
 
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
-pub use self::{dns::*, fixtures::*, http::*, prometheus::*, reply::*, server::*};
+pub use self::{dns::*, fixtures::*, http::*, prometheus::*, reply::*, resolver::*, server::*};
