@@ -182,16 +182,34 @@ impl Families {
             Want::A => self.v4 || self.host,
             Want::Aaaa => self.v6 || self.host,
             Want::Cname => self.host,
+            Want::Any => self.v4 || self.v6 || self.host,
+            Want::V4Address => self.v4,
+            Want::V6Address => self.v6,
         }
+    }
+
+    /// Both host-name and address endpoints: whether the name answers with a CNAME is
+    /// decided per client, once for every query type (`routing::route_name`).
+    pub fn is_mixed(self) -> bool {
+        self.host && (self.v4 || self.v6)
     }
 }
 
-/// The query types a profile name answers with routing (others get NODATA).
+/// Which endpoints may answer, by what they answer with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Want {
+    /// IPv4 addresses and host names (an A query).
     A,
+    /// IPv6 addresses and host names (an AAAA query).
     Aaaa,
+    /// Host names only.
     Cname,
+    /// Any endpoint: decides whether a mixed name is a CNAME for the client.
+    Any,
+    /// IPv4 addresses only: an A query at a mixed name that answers with addresses.
+    V4Address,
+    /// IPv6 addresses only.
+    V6Address,
 }
 
 /// A resolved health monitor (profile monitor with the endpoint's overrides merged).

@@ -11,8 +11,9 @@ use rand::Rng;
 use crate::model::health::HealthView;
 use crate::model::snapshot::Snapshot;
 use crate::model::zone::{Node, Zone};
-use crate::model::{Outcome, Target, Want};
-use crate::routing::{self, Client, Ctx, Decision, Trace};
+use crate::model::{Outcome, Target};
+use crate::routing::{self, Asked, Client, Ctx, Decision, Trace};
+use crate::wire::name::NameText;
 use crate::wire::request::{self, Ecs, Parsed, Request};
 use crate::wire::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
 use crate::wire::{Rcode, Rtype};
@@ -145,48 +146,28 @@ fn answer<R: Rng + ?Sized>(
     };
     outcome.zone = Some(zi);
     let client = client_of(req, src);
+    let mut chain = Chain { snap, ctx, client: &client, rng, outcome };
     let apex = Owner::At(QNAME_AT + origin_at);
     let Some(node) = zone.node(req.qname) else {
         ctx.note(|| format!("no such name in zone {}: NXDOMAIN", zone.origin));
         return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
     };
     if let Some(pid) = node.profile {
-        outcome.profile = Some(pid);
+        chain.outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
             ctx.note(|| format!("profile {} is disabled: NXDOMAIN", profile.name));
             return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
         }
-        let want = match req.qtype {
-            Rtype::A => Want::A,
-            Rtype::AAAA => Want::Aaaa,
-            Rtype::CNAME => Want::Cname,
-            Rtype::ANY => {
-                ctx.note(|| "ANY: one synthesized HINFO record (RFC 8482)".to_string());
-                return rfc8482(&reply, zone, out);
-            }
-            other => {
-                ctx.note(|| format!("{other} at a profile name: NODATA"));
-                return negative(&reply, zone, apex, Rcode::NOERROR, out);
-            }
-        };
-        let q = routing::Query { want, client: &client };
-        return match routing::route(ctx, pid, q, rng) {
-            Decision::Answer { endpoints, scope } => {
-                let mut w =
-                    Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
-                for ep in &endpoints {
-                    endpoint_record(&mut w, &ep.target, profile.ttl);
-                    if let Some(slot) = ep.health_slot {
-                        outcome.endpoints.push(slot);
-                    }
-                }
-                reply.finish(&mut w, 0, scope);
-                scope
-            }
-            Decision::NoData { scope } => {
-                let mut w =
-                    Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
+        if req.qtype == Rtype::ANY {
+            ctx.note(|| "ANY: one synthesized HINFO record (RFC 8482)".to_string());
+            return rfc8482(&reply, zone, out);
+        }
+        let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
+        let scope = match chain.profile_records(&mut w, Owner::At(QNAME_AT), pid, req.qtype) {
+            Link::To(target, scope) => scope.max(chain.follow(&mut w, target, req.qtype)),
+            Link::End(scope) => scope,
+            Link::NoData(scope) => {
                 w.record(
                     Section::Authority,
                     apex,
@@ -194,13 +175,133 @@ fn answer<R: Rng + ?Sized>(
                     zone.negative_ttl(),
                     &zone.soa_rdata,
                 );
-                reply.finish(&mut w, 0, scope);
                 scope
             }
         };
+        reply.finish(&mut w, 0, scope);
+        return scope;
     }
     ctx.note(|| "not a profile: static zone data".to_string());
-    static_answer(&reply, zone, node, origin_at == 0, apex, out)
+    static_answer(&reply, zone, node, origin_at == 0, apex, &mut chain, out)
+}
+
+/// Where writing one name's records leaves a CNAME chain.
+enum Link<'a> {
+    /// A CNAME to this name was written: follow it.
+    To(&'a [u8], u8),
+    /// Records were written and the chain ends here.
+    End(u8),
+    /// The name has nothing of the asked type.
+    NoData(u8),
+}
+
+/// What routing a profile name needs, whether it is the query name or a CNAME target: the
+/// same client, randomness and counters for every name of a chain.
+struct Chain<'a, 'q, R: ?Sized> {
+    snap: &'a Snapshot,
+    ctx: Ctx<'a, dyn HealthView + 'a>,
+    client: &'q Client,
+    rng: &'q mut R,
+    outcome: &'q mut Outcome,
+}
+
+/// The longest CNAME chain followed inside one answer; past it the resolver goes on.
+const MAX_CHAIN: usize = 8;
+
+impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
+    /// Routes profile `pid` for the chain's client and writes its answer records at `owner`
+    /// (with the ECS scope the decision depended on).
+    fn profile_records(
+        &mut self,
+        w: &mut Writer<'_>,
+        owner: Owner<'_>,
+        pid: usize,
+        qtype: Rtype,
+    ) -> Link<'a> {
+        let profile = &self.snap.profiles[pid];
+        let asked = match qtype {
+            Rtype::A => Asked::A,
+            Rtype::AAAA => Asked::Aaaa,
+            _ => Asked::Other,
+        };
+        match routing::route_name(self.ctx, pid, asked, self.client, self.rng) {
+            Decision::Answer { endpoints, scope } => {
+                for ep in &endpoints {
+                    endpoint_record(w, owner, &ep.target, profile.ttl);
+                    if let Some(slot) = ep.health_slot {
+                        // A long chain may hand out more endpoints than are counted.
+                        let _ = self.outcome.endpoints.try_push(slot);
+                    }
+                }
+                match endpoints.first().map(|ep| &ep.target) {
+                    Some(Target::Host(name)) if qtype != Rtype::CNAME => {
+                        Link::To(name.as_bytes(), scope)
+                    }
+                    _ => Link::End(scope),
+                }
+            }
+            Decision::NoData { scope } => Link::NoData(scope),
+        }
+    }
+
+    /// Follows a CNAME chain through the names this server answers for (RFC 1034 §4.3.2,
+    /// step 3a), adding each target's records: static records as they are, a profile routed
+    /// for the same client. A target outside every zone, absent or disabled ends the chain
+    /// (the resolver goes on from there); a target without the type ends it with its zone's
+    /// SOA. Returns the narrowest ECS scope the chain depended on.
+    fn follow(&mut self, w: &mut Writer<'_>, first: &'a [u8], qtype: Rtype) -> u8 {
+        let mut target = first;
+        let mut scope = 0;
+        for _ in 0..MAX_CHAIN {
+            let Some((_, zone, origin_at)) = self.snap.find_zone(target) else { break };
+            let Some(node) = zone.node(target) else { break };
+            let owner = Owner::Wire(target);
+            let link = match node.profile {
+                Some(pid) if !self.snap.profiles[pid].enabled => break,
+                Some(pid) => self.profile_records(w, owner, pid, qtype),
+                None => static_records(w, owner, node, qtype),
+            };
+            self.ctx.note(|| format!("followed the CNAME to {}", NameText(target)));
+            match link {
+                Link::To(next, s) => {
+                    scope = scope.max(s);
+                    target = next;
+                }
+                Link::End(s) => return scope.max(s),
+                Link::NoData(s) => {
+                    let soa = Owner::Wire(&target[origin_at..]);
+                    w.record(
+                        Section::Authority,
+                        soa,
+                        Rtype::SOA,
+                        zone.negative_ttl(),
+                        &zone.soa_rdata,
+                    );
+                    return scope.max(s);
+                }
+            }
+        }
+        scope
+    }
+}
+
+/// The records of `qtype` (or the CNAME) of a static name at `owner`.
+fn static_records<'a>(
+    w: &mut Writer<'_>,
+    owner: Owner<'_>,
+    node: &'a Node,
+    qtype: Rtype,
+) -> Link<'a> {
+    let Some(set) = node.rrset(qtype).or_else(|| node.rrset(Rtype::CNAME)) else {
+        return Link::NoData(0);
+    };
+    for rd in &set.rdata {
+        w.record(Section::Answer, owner, set.rtype, set.ttl, rd);
+    }
+    match set.rtype {
+        Rtype::CNAME if qtype != Rtype::CNAME => Link::To(&set.rdata[0], 0),
+        _ => Link::End(0),
+    }
 }
 
 /// The client for routing: the ECS subnet if the query has one, else the source address.
@@ -212,8 +313,7 @@ fn client_of(req: &Request<'_>, src: IpAddr) -> Client {
     }
 }
 
-fn endpoint_record(w: &mut Writer<'_>, target: &Target, ttl: u32) {
-    let owner = Owner::At(QNAME_AT);
+fn endpoint_record(w: &mut Writer<'_>, owner: Owner<'_>, target: &Target, ttl: u32) {
     match target {
         Target::V4(a) => w.record(Section::Answer, owner, Rtype::A, ttl, &a.octets()),
         Target::V6(a) => w.record(Section::Answer, owner, Rtype::AAAA, ttl, &a.octets()),
@@ -244,12 +344,13 @@ fn rfc8482(reply: &Reply<'_>, zone: &Zone, out: &mut Vec<u8>) -> u8 {
     0
 }
 
-fn static_answer(
+fn static_answer<'a, R: Rng + ?Sized>(
     reply: &Reply<'_>,
     zone: &Zone,
-    node: &Node,
+    node: &'a Node,
     is_apex: bool,
     apex: Owner<'_>,
+    chain: &mut Chain<'a, '_, R>,
     out: &mut Vec<u8>,
 ) -> u8 {
     let qtype = reply.req.qtype;
@@ -258,41 +359,32 @@ fn static_answer(
     }
     let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(reply.req.question));
     let owner = Owner::At(QNAME_AT);
-    if is_apex && qtype == Rtype::SOA {
+    let scope = if is_apex && qtype == Rtype::SOA {
         w.record(Section::Answer, owner, Rtype::SOA, zone.ttl, &zone.soa_rdata);
-    } else if let Some(set) = node.rrset(qtype).or_else(|| node.rrset(Rtype::CNAME)) {
-        for rd in &set.rdata {
-            w.record(Section::Answer, owner, set.rtype, set.ttl, rd);
-        }
-        if set.rtype == Rtype::NS {
-            glue(&mut w, zone, &set.rdata);
-        }
-        if set.rtype == Rtype::CNAME && qtype != Rtype::CNAME {
-            chase(&mut w, zone, &set.rdata[0], qtype);
-        }
+        0
     } else {
-        w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
-    }
-    reply.finish(&mut w, 0, 0);
-    0
-}
-
-/// Follows a CNAME chain through the zone's static records (RFC 1034 §4.3.2), adding the
-/// records of each in-zone target. A target that is a profile, outside the zone or absent
-/// ends the chain: the resolver follows it. Bounded, so a loop cannot stall the answer.
-fn chase(w: &mut Writer<'_>, zone: &Zone, first: &[u8], qtype: Rtype) {
-    let mut target = first;
-    for _ in 0..8 {
-        let Some(node) = zone.node(target).filter(|n| n.profile.is_none()) else { return };
-        let Some(set) = node.rrset(qtype).or_else(|| node.rrset(Rtype::CNAME)) else { return };
-        for rd in &set.rdata {
-            w.record(Section::Answer, Owner::Wire(target), set.rtype, set.ttl, rd);
+        match static_records(&mut w, owner, node, qtype) {
+            Link::To(target, _) => chain.follow(&mut w, target, qtype),
+            Link::End(_) => {
+                if let (Rtype::NS, true, Some(set)) = (qtype, is_apex, node.rrset(Rtype::NS)) {
+                    glue(&mut w, zone, &set.rdata);
+                }
+                0
+            }
+            Link::NoData(_) => {
+                w.record(
+                    Section::Authority,
+                    apex,
+                    Rtype::SOA,
+                    zone.negative_ttl(),
+                    &zone.soa_rdata,
+                );
+                0
+            }
         }
-        if set.rtype != Rtype::CNAME {
-            return;
-        }
-        target = &set.rdata[0];
-    }
+    };
+    reply.finish(&mut w, 0, scope);
+    scope
 }
 
 /// Addresses of in-zone name servers, in the additional section.

@@ -9,6 +9,7 @@ pub mod dial;
 mod geographic;
 mod groups;
 mod multivalue;
+mod name;
 mod performance;
 mod priority;
 mod same_az;
@@ -28,6 +29,7 @@ use crate::model::{Endpoint, Profile, ProfileId, Rules, Target, Want};
 
 pub use crate::geo::Client;
 pub use crate::model::MAX_ANSWERS;
+pub use name::{Asked, route_name};
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {
@@ -235,7 +237,7 @@ pub fn eligible<H: HealthView + ?Sized>(
             if names.is_empty() { "none".into() } else { names.join(", ") }
         )
     });
-    if list.iter().any(|c| c.status.is_serving()) || !profile.fail_open {
+    if list.is_empty() || list.iter().any(|c| c.status.is_serving()) || !profile.fail_open {
         list.retain(|c| c.status.is_serving());
         return list;
     }

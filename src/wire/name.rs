@@ -92,8 +92,17 @@ pub fn suffix_offset(name: &[u8], suffix: &[u8]) -> Option<usize> {
 
 impl fmt::Display for WireName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        NameText(&self.0).fmt(f)
+    }
+}
+
+/// A wire-format name borrowed from a message or a record, displayed as text.
+pub struct NameText<'a>(pub &'a [u8]);
+
+impl fmt::Display for NameText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut any = false;
-        for label in labels(&self.0) {
+        for label in labels(self.0) {
             any = true;
             for &b in label {
                 if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'*' {
