@@ -66,10 +66,12 @@ fn soa(sink: &mut Sink<'_>, z: &RawZone, first_ns: WireName, origin: &Name) -> O
     Some(Soa {
         mname,
         rname,
-        refresh: int_or(sink, s.refresh.as_ref(), 0, MAX_TTL, "refresh", 3600),
-        retry: int_or(sink, s.retry.as_ref(), 0, MAX_TTL, "retry", 600),
-        expire: int_or(sink, s.expire.as_ref(), 0, MAX_TTL, "expire", 604_800),
-        minimum: int_or(sink, s.minimum.as_ref(), 0, MAX_TTL, "minimum", 30),
+        // Zonemaster's recommended ranges; `minimum` (with the zone TTL) is also how long
+        // resolvers cache NXDOMAIN for a name an operator is about to add.
+        refresh: int_or(sink, s.refresh.as_ref(), 0, MAX_TTL, "refresh", 14_400),
+        retry: int_or(sink, s.retry.as_ref(), 0, MAX_TTL, "retry", 3600),
+        expire: int_or(sink, s.expire.as_ref(), 0, MAX_TTL, "expire", 1_209_600),
+        minimum: int_or(sink, s.minimum.as_ref(), 0, MAX_TTL, "minimum", 300),
     })
 }
 
