@@ -281,4 +281,19 @@ mod tests {
             names(&route(w.ctx(), 0, Query { want: Want::A, client: &client }, &mut rng(1)));
         assert_eq!(names, vec!["sh-1"]);
     }
+
+    #[test]
+    fn scope_is_the_rows_block_whatever_the_source_prefix() {
+        // Dials of 100%: the closest group takes everything, so only the latency row decides.
+        let w = lab([100, 100], [128, 128, 128]);
+        // (client, source prefix, scope): the CIDR row 203.0.113.0/24 decides, also for a
+        // /8 question, whose answer holds for that /24 only.
+        for (addr, source, scope) in [("203.0.113.5", 32, 24), ("203.0.113.0", 8, 24)] {
+            let mut client = client_in(addr, "", "", None, 0);
+            client.prefix = source;
+            let (names, got) =
+                names(&route(w.ctx(), 0, Query { want: Want::A, client: &client }, &mut rng(1)));
+            assert_eq!((names, got), (vec!["sh-1".to_string()], scope), "{addr}/{source}");
+        }
+    }
 }

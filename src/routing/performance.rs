@@ -108,6 +108,25 @@ mod tests {
     }
 
     #[test]
+    fn scope_is_the_rows_block_whatever_the_source_prefix() {
+        let w = lab();
+        // (client, country, located prefix, source prefix, answer, scope): a /16 question
+        // decided by a /24 gets scope 24, so a resolver asks again outside that /24.
+        let cases = [
+            ("198.51.100.0", "CN", 24, 16, "bj-1", 24), // country row, one endpoint
+            ("198.51.100.0", "CN", 24, 32, "bj-1", 24),
+            ("203.0.113.0", "", 0, 8, "sh-", 24), // CIDR row 203.0.113.0/24
+        ];
+        for (ip, country, located, source, want, scope) in cases {
+            let mut client = client_in(ip, country, "", BEIJING, located);
+            client.prefix = source;
+            let got = answer(&w, &client);
+            assert!(got.0.starts_with(want), "{ip}/{source}: {got:?}");
+            assert_eq!(got.1, scope, "{ip}/{source}: {got:?}");
+        }
+    }
+
+    #[test]
     fn endpoints_of_a_region_share_it_deterministically_per_subnet() {
         let w = lab();
         let a = answer(&w, &client_in("203.0.113.9", "", "", None, 16));

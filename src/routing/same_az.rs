@@ -109,11 +109,16 @@ mod tests {
     }
 
     #[test]
-    fn scope_is_the_topology_network() {
+    fn scope_is_the_availability_zone_network_whatever_the_source_prefix() {
         let w = lab(20);
-        let client = Client::from_addr("10.1.2.3".parse().unwrap());
-        let (_, scope) =
-            names(&route(w.ctx(), 0, Query { want: Want::A, client: &client }, &mut rng(1)));
-        assert_eq!(scope, 16);
+        // (client, source prefix, scope): the block with the same availability zone, also
+        // when it is narrower than the source (10.0.0.0/16 is in no zone, 10.1.0.0/16 is).
+        let cases = [("10.1.2.3", 32, 16), ("10.1.0.0", 24, 16), ("10.0.0.0", 8, 16)];
+        for (addr, source, want) in cases {
+            let client = Client::new(addr.parse().unwrap(), source);
+            let (_, scope) =
+                names(&route(w.ctx(), 0, Query { want: Want::A, client: &client }, &mut rng(1)));
+            assert_eq!(scope, want, "{addr}/{source}");
+        }
     }
 }
