@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::diag::{ConfigError, ConfigErrors};
-pub use profiles::compute_families;
 
 use crate::diag::{self, Sink, from_yaml};
 use files::Doc;
@@ -123,7 +122,7 @@ fn load_with(
         errors.dedup();
         return Err(Failed { errors: ConfigErrors(errors), reused });
     }
-    compute_families(&mut profiles);
+    crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     geographic::compile(&world, &mut profiles);
     set_serials(&mut zones, &profiles, previous);

@@ -520,30 +520,3 @@ fn nest_depth(
     memo[id] = Some(d);
     Ok(d)
 }
-
-/// Fills `Profile::families` bottom-up through nested children (no cycles by now).
-pub fn compute_families(profiles: &mut [Profile]) {
-    let mut memo: Vec<Option<Families>> = vec![None; profiles.len()];
-    for id in 0..profiles.len() {
-        families_of(profiles, id, &mut memo);
-    }
-    for (p, f) in profiles.iter_mut().zip(memo) {
-        p.families = f.unwrap_or_default();
-    }
-}
-
-fn families_of(profiles: &[Profile], id: usize, memo: &mut [Option<Families>]) -> Families {
-    if let Some(f) = memo[id] {
-        return f;
-    }
-    memo[id] = Some(Families::default()); // guards against cycles in unvalidated input
-    let mut f = Families::default();
-    for ep in profiles[id].endpoints.iter().filter(|e| e.enabled) {
-        f = f.union(match &ep.target {
-            Target::Nested(n) if n.child < profiles.len() => families_of(profiles, n.child, memo),
-            leaf => leaf.leaf_families(),
-        });
-    }
-    memo[id] = Some(f);
-    f
-}

@@ -1,5 +1,5 @@
 //! `Raw*` structs mirror the YAML exactly (`docs/configuration.md`) and reject unknown keys.
-//! Values that later checks may complain about are `S` (located), so every error can name
+//! Values that later checks may complain about are `Loc` (located), so every error can name
 //! its FILE:LINE:COL. No meaning is given to anything here; `validate` does that.
 
 use std::cell::Cell;

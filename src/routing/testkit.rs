@@ -84,7 +84,7 @@ impl Lab {
     /// Computes families and builds a health table as a load does: `checking`, or
     /// `unmonitored` for `always_serve` endpoints.
     pub fn finish(mut self) -> Lab {
-        crate::config::compute_families(&mut self.profiles);
+        crate::model::profile::compute_families(&mut self.profiles);
         let mut statuses = vec![Status::Checking; self.slots];
         for ep in self.profiles.iter().flat_map(|p| &p.endpoints) {
             if let (true, Some(slot)) = (ep.always_serve, ep.health_slot) {
