@@ -168,13 +168,7 @@ fn answer<R: Rng + ?Sized>(
             Link::To(target, scope) => scope.max(chain.follow(&mut w, target, req.qtype)),
             Link::End(scope) => scope,
             Link::NoData(scope) => {
-                w.record(
-                    Section::Authority,
-                    apex,
-                    Rtype::SOA,
-                    zone.negative_ttl(),
-                    &zone.soa_rdata,
-                );
+                negative_soa(&mut w, apex, zone);
                 scope
             }
         };
@@ -270,13 +264,7 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
                 Link::End(s) => return scope.max(s),
                 Link::NoData(s) => {
                     let soa = Owner::Wire(&target[origin_at..]);
-                    w.record(
-                        Section::Authority,
-                        soa,
-                        Rtype::SOA,
-                        zone.negative_ttl(),
-                        &zone.soa_rdata,
-                    );
+                    negative_soa(w, soa, zone);
                     return scope.max(s);
                 }
             }
@@ -322,6 +310,11 @@ fn endpoint_record(w: &mut Writer<'_>, owner: Owner<'_>, target: &Target, ttl: u
     }
 }
 
+/// The zone's SOA in the authority section, with the negative-caching TTL (RFC 2308).
+fn negative_soa(w: &mut Writer<'_>, apex: Owner<'_>, zone: &Zone) {
+    w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
+}
+
 /// NXDOMAIN or NODATA: SOA in authority with the negative TTL.
 fn negative(
     reply: &Reply<'_>,
@@ -331,7 +324,7 @@ fn negative(
     out: &mut Vec<u8>,
 ) -> u8 {
     let mut w = Writer::new(out, reply.header(rcode, true), Some(reply.req.question));
-    w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
+    negative_soa(&mut w, apex, zone);
     reply.finish(&mut w, 0, 0);
     0
 }
@@ -372,13 +365,7 @@ fn static_answer<'a, R: Rng + ?Sized>(
                 0
             }
             Link::NoData(_) => {
-                w.record(
-                    Section::Authority,
-                    apex,
-                    Rtype::SOA,
-                    zone.negative_ttl(),
-                    &zone.soa_rdata,
-                );
+                negative_soa(&mut w, apex, zone);
                 0
             }
         }
