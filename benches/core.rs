@@ -66,7 +66,7 @@ fn bench_names(
             respond(
                 snap,
                 &*snap.health,
-                Packet { bytes: &q, src, transport: Transport::Udp },
+                Packet { bytes: &q, src, transport: Transport::Udp, now: 1_800_000_000 },
                 &mut rng,
                 &mut out,
                 None
@@ -78,7 +78,12 @@ fn bench_names(
                 respond(
                     snap,
                     &*snap.health,
-                    Packet { bytes: black_box(&q), src, transport: Transport::Udp },
+                    Packet {
+                        bytes: black_box(&q),
+                        src,
+                        transport: Transport::Udp,
+                        now: 1_800_000_000,
+                    },
                     &mut rng,
                     &mut out,
                     None,

@@ -45,6 +45,17 @@ fn query(name: &str, rtype: RecordType, ecs: Option<&str>) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
+/// An A query for `name` with ECS and a COOKIE option holding a client cookie only.
+fn with_cookie(name: &str, subnet: &str) -> Vec<u8> {
+    let mut m = Message::query();
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    let mut edns = Edns::new();
+    edns.options_mut().insert(EdnsOption::Subnet(subnet.parse::<ClientSubnet>().unwrap()));
+    edns.options_mut().insert(EdnsOption::Unknown(10, vec![1, 2, 3, 4, 5, 6, 7, 8]));
+    m.set_edns(edns);
+    m.to_vec().unwrap()
+}
+
 #[test]
 fn responder_allocates_nothing_per_query() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -66,6 +77,8 @@ fn responder_allocates_nothing_per_query() {
         query("fast.tm.example.test.", RecordType::A, Some("192.0.2.0/24")),
         query("accel.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
         query("svc.tm.example.test.", RecordType::A, Some("10.1.0.0/16")),
+        query("docs.tm.example.test.", RecordType::A, None),
+        with_cookie("www.tm.example.test.", "198.51.100.0/24"),
     ];
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let mut out = Vec::with_capacity(1500);
@@ -76,7 +89,7 @@ fn responder_allocates_nothing_per_query() {
             respond(
                 &snap,
                 &*snap.health,
-                Packet { bytes: q, src, transport: Transport::Udp },
+                Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 },
                 &mut rng,
                 &mut out,
                 None
@@ -91,7 +104,7 @@ fn responder_allocates_nothing_per_query() {
             respond(
                 &snap,
                 &*snap.health,
-                Packet { bytes: q, src, transport: Transport::Udp },
+                Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 },
                 &mut rng,
                 &mut out,
                 None,

@@ -8,6 +8,7 @@
 //! (`yaml`) that leaves everything else, errors included, to serde-saphyr.
 
 mod check;
+mod cookies;
 mod files;
 mod geographic;
 mod monitor;
@@ -106,6 +107,8 @@ fn load_with(
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let (listen, mut zones, world, profiles_dir) =
         server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+    let cookies =
+        cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
     let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &mut errors);
@@ -128,6 +131,7 @@ fn load_with(
     set_serials(&mut zones, &profiles, previous);
     let mut snapshot = Snapshot::new(listen, zones, profiles, health, Arc::new(world));
     snapshot.generation = previous.map_or(1, |p| p.generation + 1);
+    snapshot.cookies = cookies;
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
         let _ = d.join();

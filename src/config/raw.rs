@@ -21,6 +21,7 @@ use crate::diag::{Located, Pos};
 pub struct RawServer {
     pub listen: Option<RawListen>,
     pub admin: Option<RawAdmin>,
+    pub cookies: Option<RawCookies>,
     pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
     pub latency: Option<RawLatency>,
@@ -41,6 +42,14 @@ pub struct RawListen {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub token_file: Option<Loc<String>>,
+}
+
+/// `cookies:`: the DNS cookie secrets, shared by replicas.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCookies {
+    pub secret_file: Loc<String>,
+    pub previous_secret_file: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,6 +12,7 @@ use super::profile::Profile;
 use super::zone::Zone;
 use crate::FastMap;
 use crate::geo::World;
+use crate::wire::cookie::Secrets;
 use crate::wire::name::{WireName, suffix_offset};
 
 /// Where the server listens (from `listen:`).
@@ -37,6 +38,8 @@ pub struct Snapshot {
     pub world: Arc<World>,
     /// Query-path counters for this configuration's profiles, zones and endpoints.
     pub counters: QueryCounters,
+    /// The keys of DNS cookies.
+    pub cookies: Secrets,
 }
 
 impl Snapshot {
@@ -49,7 +52,18 @@ impl Snapshot {
     ) -> Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
         let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
-        Snapshot { generation: 0, listen, zones, zone_index, profiles, health, world, counters }
+        let cookies = Secrets::of_this_process();
+        Snapshot {
+            generation: 0,
+            listen,
+            zones,
+            zone_index,
+            profiles,
+            health,
+            world,
+            counters,
+            cookies,
+        }
     }
 
     /// The zone holding `qname` (lower-case wire format): the longest matching origin, as

@@ -102,7 +102,8 @@ pub fn explain(
     let mut out = Vec::new();
     let mut rng = SmallRng::seed_from_u64(SEED);
     // Over TCP, so the whole answer is shown whatever its size.
-    let packet = Packet { bytes: &query, src: client, transport: Transport::Tcp };
+    let now = crate::wire::cookie::unix_now();
+    let packet = Packet { bytes: &query, src: client, transport: Transport::Tcp, now };
     respond(snap, health, packet, &mut rng, &mut out, Some(&trace));
     let reply = Message::from_vec(&out).expect("the responder writes valid messages");
     Explanation {

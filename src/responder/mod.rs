@@ -13,9 +13,10 @@ use crate::model::snapshot::Snapshot;
 use crate::model::zone::{Node, Zone};
 use crate::model::{Outcome, Target};
 use crate::routing::{self, Asked, Client, Ctx, Decision, Trace};
+use crate::wire::cookie::ReplyCookie;
 use crate::wire::name::NameText;
 use crate::wire::request::{self, Ecs, Parsed, Request};
-use crate::wire::response::{EDNS_PAYLOAD, Header, Owner, Section, Writer};
+use crate::wire::response::{EDNS_PAYLOAD, EcsEcho, Header, Opt, Owner, Section, Writer};
 use crate::wire::{Rcode, Rtype};
 
 /// Offset of the question name in every message.
@@ -35,6 +36,8 @@ pub struct Packet<'q> {
     /// The source address (the client, unless the query carries ECS).
     pub src: IpAddr,
     pub transport: Transport,
+    /// When it arrived, in Unix seconds: for DNS cookies' timestamps.
+    pub now: u32,
 }
 
 /// Answers `packet` into `out`. `None` when the packet gets no reply. With `trace`, each
@@ -55,7 +58,7 @@ pub fn respond<R: Rng + ?Sized>(
             let h = Header { id, opcode, aa: false, rd, cd: false, rcode };
             let mut w = Writer::new(out, h, question);
             if opt {
-                w.opt(0, false, None);
+                w.opt(&Opt::default());
             }
             Some(Outcome { rcode, ..Outcome::default() })
         }
@@ -71,9 +74,14 @@ pub fn respond<R: Rng + ?Sized>(
             };
             let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
             ctx.trace = trace;
-            let scope = answer(snap, ctx, &req, packet.src, rng, out, &mut outcome);
+            // The cookie of the reply: every reply to a query with a COOKIE option has one,
+            // a truncated one too.
+            let cookie = req.edns.and_then(|e| e.cookie);
+            let cookie = cookie.map(|c| snap.cookies.reply(&c, packet.src, packet.now));
+            let reply = Reply { req: &req, cookie: cookie.as_ref() };
+            let scope = answer(snap, ctx, &reply, packet.src, rng, out, &mut outcome);
             if out.len() > usize::from(limit) {
-                truncate(&req, scope, out);
+                truncate(&reply, scope, out);
             }
             outcome.rcode = Rcode::from_parts(out[3], 0);
             if req.edns.is_some_and(|e| e.version > 0) {
@@ -84,9 +92,10 @@ pub fn respond<R: Rng + ?Sized>(
     }
 }
 
-/// What the reply's OPT record needs to know once the answer is written.
+/// What the reply's header and OPT record need to know once the answer is written.
 struct Reply<'q> {
     req: &'q Request<'q>,
+    cookie: Option<&'q ReplyCookie>,
 }
 
 impl Reply<'_> {
@@ -97,33 +106,37 @@ impl Reply<'_> {
     /// Adds the OPT (only when the query had one), with ECS echoed at `scope`.
     fn finish(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8) {
         let Some(edns) = self.req.edns else { return };
-        let ecs = edns.ecs.map(|e| ecs_echo(e, scope));
-        w.opt(ext_rcode, edns.dnssec_ok, ecs.as_ref().map(|(f, s, sc, a)| (*f, *s, *sc, &a[..])));
+        w.opt(&Opt {
+            ext_rcode,
+            dnssec_ok: edns.dnssec_ok,
+            ecs: edns.ecs.map(|e| ecs_echo(e, scope)),
+            cookie: self.cookie.map(|c| &c[..]),
+        });
     }
 }
 
-fn ecs_echo(e: Ecs, scope: u8) -> (u16, u8, u8, [u8; 16]) {
-    let mut bytes = [0u8; 16];
+fn ecs_echo(e: Ecs, scope: u8) -> EcsEcho {
+    let mut addr = [0u8; 16];
     match e.addr {
-        IpAddr::V4(a) => bytes[..4].copy_from_slice(&a.octets()),
-        IpAddr::V6(a) => bytes.copy_from_slice(&a.octets()),
+        IpAddr::V4(a) => addr[..4].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => addr.copy_from_slice(&a.octets()),
     }
     // RFC 7871 §7.2.1: a /0 query gets a /0 scope.
     let scope = if e.source == 0 { 0 } else { scope };
-    (e.family, e.source, scope, bytes)
+    EcsEcho { family: e.family, source: e.source, scope, addr }
 }
 
 /// Writes the full answer; returns the ECS scope used (for a truncated rewrite).
 fn answer<R: Rng + ?Sized>(
     snap: &Snapshot,
     ctx: Ctx<'_, dyn HealthView + '_>,
-    req: &Request<'_>,
+    reply: &Reply<'_>,
     src: IpAddr,
     rng: &mut R,
     out: &mut Vec<u8>,
     outcome: &mut Outcome,
 ) -> u8 {
-    let reply = Reply { req };
+    let req = reply.req;
     let simple = |out: &mut Vec<u8>, rcode: Rcode, ext: u8| {
         let mut w = Writer::new(out, reply.header(rcode, false), Some(req.question));
         reply.finish(&mut w, ext, 0);
@@ -150,18 +163,18 @@ fn answer<R: Rng + ?Sized>(
     let apex = Owner::At(QNAME_AT + origin_at);
     let Some(node) = zone.node(req.qname) else {
         ctx.note(|| format!("no such name in zone {}: NXDOMAIN", zone.origin));
-        return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
+        return negative(reply, zone, apex, Rcode::NXDOMAIN, out);
     };
     if let Some(pid) = node.profile {
         chain.outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
             ctx.note(|| format!("profile {} is disabled: NXDOMAIN", profile.name));
-            return negative(&reply, zone, apex, Rcode::NXDOMAIN, out);
+            return negative(reply, zone, apex, Rcode::NXDOMAIN, out);
         }
         if req.qtype == Rtype::ANY {
             ctx.note(|| "ANY: one synthesized HINFO record (RFC 8482)".to_string());
-            return rfc8482(&reply, zone, out);
+            return rfc8482(reply, zone, out);
         }
         let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
         let scope = match chain.profile_records(&mut w, Owner::At(QNAME_AT), pid, req.qtype) {
@@ -176,7 +189,7 @@ fn answer<R: Rng + ?Sized>(
         return scope;
     }
     ctx.note(|| "not a profile: static zone data".to_string());
-    static_answer(&reply, zone, node, origin_at == 0, apex, &mut chain, out)
+    static_answer(reply, zone, node, origin_at == 0, apex, &mut chain, out)
 }
 
 /// Where writing one name's records leaves a CNAME chain.
@@ -389,11 +402,10 @@ fn glue(w: &mut Writer<'_>, zone: &Zone, ns_names: &[Box<[u8]>]) {
 }
 
 /// Rewrites an oversized UDP answer as header + question (+ OPT) with TC set.
-fn truncate(req: &Request<'_>, scope: u8, out: &mut Vec<u8>) {
-    let reply = Reply { req };
+fn truncate(reply: &Reply<'_>, scope: u8, out: &mut Vec<u8>) {
     let rcode = Rcode::from_parts(out[3], 0);
     let aa = out[2] & 0x04 != 0;
-    let mut w = Writer::new(out, reply.header(rcode, aa), Some(req.question));
+    let mut w = Writer::new(out, reply.header(rcode, aa), Some(reply.req.question));
     w.set_truncated();
     reply.finish(&mut w, 0, scope);
 }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
+use crate::wire::cookie::unix_now;
 
 /// Connections served at once; more are closed at accept.
 const MAX_CONNECTIONS: usize = 1024;
@@ -107,7 +108,8 @@ async fn connection(
         }
         let answered = {
             let snap = shared.load();
-            let packet = Packet { bytes: &query, src: peer.ip(), transport: Transport::Tcp };
+            let now = unix_now();
+            let packet = Packet { bytes: &query, src: peer.ip(), transport: Transport::Tcp, now };
             let outcome = respond(&snap, &*snap.health, packet, &mut rng, &mut out, None);
             outcome.map(|o| snap.counters.record(&o)).is_some()
         };

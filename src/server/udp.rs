@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::model::Tally;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
+use crate::wire::cookie::unix_now;
 
 /// Packets taken per system call.
 const BATCH: usize = 32;
@@ -91,6 +92,7 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             }
         };
         let snap = shared.load();
+        let now = unix_now();
         let mut replies = 0;
         for i in 0..n {
             let Some(src) = worker.source(i) else {
@@ -98,7 +100,7 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             };
             let len = worker.len(i);
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
-            let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp };
+            let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp, now };
             if let Some(outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
                 tally.add(&snap.counters, &outcome);
                 worker.reply_to[replies] = i;

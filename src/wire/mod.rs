@@ -2,6 +2,7 @@
 //! a query and writing a response. No routing, no configuration: everything above builds
 //! on it.
 
+pub mod cookie;
 pub mod name;
 pub mod request;
 pub mod response;

@@ -9,6 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use arrayvec::ArrayVec;
 
+use super::cookie::{Cookie, EDNS_COOKIE};
 use super::types::{Rcode, Rtype};
 
 pub const EDNS_CLIENT_SUBNET: u16 = 8;
@@ -28,6 +29,7 @@ pub struct Edns {
     pub version: u8,
     pub dnssec_ok: bool,
     pub ecs: Option<Ecs>,
+    pub cookie: Option<Cookie>,
 }
 
 /// A well-formed query.
@@ -178,6 +180,7 @@ fn read_opt(fixed: &[u8], rdata: &[u8]) -> Result<Edns, Bad> {
     let version = fixed[5];
     let dnssec_ok = fixed[6] & 0x80 != 0;
     let mut ecs = None;
+    let mut cookie = None;
     let mut pos = 0;
     while pos < rdata.len() {
         let head = rdata.get(pos..pos + 4).ok_or(Bad)?;
@@ -190,9 +193,15 @@ fn read_opt(fixed: &[u8], rdata: &[u8]) -> Result<Edns, Bad> {
                 return Err(Bad);
             }
             ecs = Some(read_ecs(data)?);
+        } else if code == EDNS_COOKIE {
+            // RFC 7873 §5.2.2: a malformed or repeated COOKIE option is FORMERR.
+            if cookie.is_some() {
+                return Err(Bad);
+            }
+            cookie = Some(Cookie::parse(data).ok_or(Bad)?);
         }
     }
-    Ok(Edns { payload, version, dnssec_ok, ecs })
+    Ok(Edns { payload, version, dnssec_ok, ecs, cookie })
 }
 
 /// RFC 7871 §6 and §7.1: known family, prefix within the family, exactly

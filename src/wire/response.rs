@@ -4,12 +4,37 @@
 //! names inside it are written as compression pointers; record data comes pre-encoded
 //! from the zone. Nothing here allocates once the buffer has grown to its working size.
 
+use super::cookie::EDNS_COOKIE;
+use super::request::EDNS_CLIENT_SUBNET;
 use super::types::{Rcode, Rtype};
 
 /// Payload size we advertise and the largest UDP response we send (DNS flag day 2020).
 pub const EDNS_PAYLOAD: u16 = 1232;
 
 const CLASS_IN: u16 = 1;
+
+/// The reply's OPT record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Opt<'a> {
+    /// The upper 8 bits of a 12-bit RCODE.
+    pub ext_rcode: u8,
+    /// The query's DO bit, copied (RFC 3225 §3).
+    pub dnssec_ok: bool,
+    pub ecs: Option<EcsEcho>,
+    /// Client cookie and server cookie (RFC 7873).
+    pub cookie: Option<&'a [u8]>,
+}
+
+/// The EDNS Client Subnet option of a reply: the query's family, source prefix and address,
+/// with the scope the answer depended on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EcsEcho {
+    pub family: u16,
+    pub source: u8,
+    pub scope: u8,
+    /// The address, of which the first `ceil(source / 8)` bytes are written.
+    pub addr: [u8; 16],
+}
 
 /// Where an owner name comes from.
 #[derive(Clone, Copy, Debug)]
@@ -89,28 +114,37 @@ impl<'b> Writer<'b> {
         self.buf[at..at + 2].copy_from_slice(&self.counts[i].to_be_bytes());
     }
 
-    /// Appends the OPT record. `ext_rcode` is the upper 8 bits of a 12-bit RCODE; `dnssec_ok`
-    /// copies the query's DO bit (RFC 3225 §3); `ecs` is (family, source prefix, scope
-    /// prefix, address bytes).
-    pub fn opt(&mut self, ext_rcode: u8, dnssec_ok: bool, ecs: Option<(u16, u8, u8, &[u8])>) {
+    /// Appends the OPT record.
+    pub fn opt(&mut self, opt: &Opt<'_>) {
         self.buf.push(0);
         self.buf.extend_from_slice(&Rtype::OPT.to_be_bytes());
         self.buf.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
-        self.buf.extend_from_slice(&[ext_rcode, 0, u8::from(dnssec_ok) << 7, 0]);
-        match ecs {
-            None => self.buf.extend_from_slice(&[0, 0]),
-            Some((family, source, scope, addr)) => {
-                let bytes = &addr[..usize::from(source).div_ceil(8)];
-                let len = 4 + bytes.len() as u16;
-                self.buf.extend_from_slice(&(len + 4).to_be_bytes());
-                self.buf.extend_from_slice(&crate::wire::request::EDNS_CLIENT_SUBNET.to_be_bytes());
-                self.buf.extend_from_slice(&len.to_be_bytes());
-                self.buf.extend_from_slice(&family.to_be_bytes());
-                self.buf.extend_from_slice(&[source, scope]);
-                self.buf.extend_from_slice(bytes);
-            }
+        self.buf.extend_from_slice(&[opt.ext_rcode, 0, u8::from(opt.dnssec_ok) << 7, 0]);
+        let rdlen_at = self.buf.len();
+        self.buf.extend_from_slice(&[0, 0]);
+        if let Some(e) = &opt.ecs {
+            let bytes = &e.addr[..usize::from(e.source).div_ceil(8)];
+            self.option(
+                EDNS_CLIENT_SUBNET,
+                &[&e.family.to_be_bytes(), &[e.source, e.scope], bytes],
+            );
         }
+        if let Some(c) = opt.cookie {
+            self.option(EDNS_COOKIE, &[c]);
+        }
+        let rdlen = (self.buf.len() - rdlen_at - 2) as u16;
+        self.buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
         self.bump(Section::Additional);
+    }
+
+    /// One EDNS option: code, length, the data in parts.
+    fn option(&mut self, code: u16, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.buf.extend_from_slice(&code.to_be_bytes());
+        self.buf.extend_from_slice(&(len as u16).to_be_bytes());
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
     }
 
     pub fn len(&self) -> usize {

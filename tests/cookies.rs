@@ -1,0 +1,139 @@
+//! DNS cookies over real UDP: `dig +cookie` finds the server cookie good, a replica with the
+//! same secret accepts another's cookie, a rotated secret keeps the old one valid while it
+//! is the previous secret, and a malformed COOKIE option is FORMERR.
+
+mod common;
+
+use common::*;
+
+/// The COOKIE option's code.
+const COOKIE: u16 = 10;
+const CLIENT: [u8; 8] = [0x24, 0x64, 0xc4, 0xab, 0xcf, 0x10, 0xc9, 0x57];
+
+/// Starts a server whose `steerdns.yaml` has `cookies:` with these secret files.
+async fn with_secrets(secrets: &[(&str, &str)], block: &str) -> Harness {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(dir.path(), DEFAULT_PROFILES);
+    for (file, hex) in secrets {
+        std::fs::write(dir.path().join(file), format!("{hex}\n")).unwrap();
+    }
+    let yaml = std::fs::read_to_string(dir.path().join("steerdns.yaml")).unwrap();
+    std::fs::write(dir.path().join("steerdns.yaml"), format!("{yaml}{block}")).unwrap();
+    Harness::in_dir(dir).await
+}
+
+/// The COOKIE option of a reply.
+fn cookie_of(r: &Reply) -> Vec<u8> {
+    let wire = Wire::parse(&r.raw).expect("a reply");
+    let options = wire.opt_options();
+    let found = options.iter().find(|(code, _)| *code == COOKIE);
+    found.map(|(_, data)| data.clone()).unwrap_or_else(|| panic!("no COOKIE option: {r:#?}"))
+}
+
+/// Sends `cookie` (client cookie, then any server cookie) and returns the reply's cookie.
+async fn exchange(h: &Harness, cookie: &[u8]) -> Vec<u8> {
+    let r = h.udp(&Q::new(&fq("www"), T_A).edns().option(COOKIE, cookie)).await;
+    assert_eq!(r.rcode(), NOERROR, "{r:#?}");
+    assert!(!r.msg.answers.is_empty(), "the query is answered as usual: {r:#?}");
+    let got = cookie_of(&r);
+    assert_eq!(got.len(), 24, "client cookie and a 16-byte server cookie: {got:?}");
+    assert_eq!(got[..8], cookie[..8], "the client cookie is echoed");
+    assert_eq!(got[8..12], [1, 0, 0, 0], "version 1, reserved zero");
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dig_finds_the_server_cookie_good() {
+    let Ok(out) = std::process::Command::new("dig").arg("-v").output() else {
+        eprintln!("dig not installed: skipping (apt-get install bind9-dnsutils)");
+        return;
+    };
+    assert!(out.status.success() || !out.stderr.is_empty());
+    let h = Harness::start().await;
+    let port = h.addr.port().to_string();
+    let dig = |extra: &[&str]| {
+        let mut args = vec!["@127.0.0.1", "-p", &port, "+cookie", "+tries=1", "+time=2"];
+        args.extend_from_slice(extra);
+        args.push("www.tm.example.test");
+        let out = std::process::Command::new("dig").args(&args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = dig(&[]);
+    let line = first.lines().find(|l| l.starts_with("; COOKIE:")).unwrap_or_else(|| {
+        panic!("dig shows no COOKIE:\n{first}");
+    });
+    assert!(line.ends_with("(good)"), "{line}");
+    // dig sends the whole cookie back when given it, and the server accepts it.
+    let cookie = line.split_whitespace().nth(2).unwrap();
+    let again = dig(&[&format!("+cookie={cookie}")]);
+    assert!(again.contains("status: NOERROR"), "{again}");
+    assert!(again.lines().any(|l| l.starts_with("; COOKIE:") && l.ends_with("(good)")), "{again}");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_secret_and_a_rotation_keeps_the_previous_one_valid() {
+    let (a, b) = ("e5e973e5a6b2a43f48e7dc849e37bfcf", "445536bcd2513298075a5d379663c962");
+    let block_a = "cookies:\n  secret_file: a.key\n";
+    let one = with_secrets(&[("a.key", a)], block_a).await;
+    let other = with_secrets(&[("a.key", a)], block_a).await;
+    let issued = exchange(&one, &CLIENT).await;
+    // A valid, fresh cookie comes back as it was sent, at either replica.
+    assert_eq!(exchange(&one, &issued).await, issued);
+    assert_eq!(exchange(&other, &issued).await, issued, "the other replica accepts it");
+
+    // Rotation: the new secret makes new cookies, the old one is still accepted.
+    let dir = one.dir.path();
+    std::fs::write(dir.join("b.key"), b).unwrap();
+    let yaml = std::fs::read_to_string(dir.join("steerdns.yaml")).unwrap();
+    let rotating =
+        yaml.replace(block_a, "cookies:\n  secret_file: b.key\n  previous_secret_file: a.key\n");
+    std::fs::write(dir.join("steerdns.yaml"), &rotating).unwrap();
+    one.server().reload().expect("reload with a rotated secret");
+    assert_eq!(exchange(&one, &issued).await, issued, "the previous secret still validates");
+    let fresh = exchange(&one, &CLIENT).await;
+    assert_ne!(fresh[8..], issued[8..], "new cookies are made with the new secret");
+
+    // Rotation done: a cookie made with the old secret is replaced.
+    let done = rotating.replace("  previous_secret_file: a.key\n", "");
+    std::fs::write(dir.join("steerdns.yaml"), done).unwrap();
+    one.server().reload().expect("reload without the previous secret");
+    let replaced = exchange(&one, &issued).await;
+    assert_ne!(replaced[8..], issued[8..], "an old-secret cookie is no longer valid");
+    assert_eq!(exchange(&one, &fresh).await, fresh, "the new secret's cookie is");
+    one.stop().await;
+    other.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_cookies_and_secrets() {
+    let h = Harness::start().await;
+    // RFC 7873: 8 bytes, or 16 to 40; anything else is FORMERR, with a COOKIE-less OPT.
+    for len in [0usize, 7, 9, 15, 41] {
+        let r = h.udp(&Q::new(&fq("www"), T_A).edns().option(COOKIE, &vec![1; len])).await;
+        assert_eq!(r.rcode(), FORMERR, "{len} bytes: {r:#?}");
+    }
+    // A server cookie we did not make: the query is answered, with a new server cookie.
+    let forged = [&CLIENT[..], &[1, 0, 0, 0], &[0; 12]].concat();
+    let got = exchange(&h, &forged).await;
+    assert_ne!(got[8..], forged[8..]);
+    // Without a COOKIE option, no cookie in the reply.
+    let r = h.udp(&Q::new(&fq("www"), T_A).edns()).await;
+    let wire = Wire::parse(&r.raw).unwrap();
+    assert!(wire.opt_options().iter().all(|(code, _)| *code != COOKIE), "{r:#?}");
+    h.stop().await;
+
+    // A secret file that is not 32 hexadecimal digits is a located configuration error.
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    std::fs::write(dir.path().join("short.key"), "e5e973\n").unwrap();
+    let path = dir.path().join("steerdns.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{yaml}cookies:\n  secret_file: short.key\n")).unwrap();
+    let errors = located(&steerdns::config::load(&path, None).unwrap_err());
+    assert!(
+        errors.iter().any(|e| e.starts_with("steerdns.yaml:")
+            && e.contains("a cookie secret is 32 hexadecimal digits")),
+        "{errors:#?}"
+    );
+}
