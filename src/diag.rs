@@ -123,13 +123,143 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
     }
 }
 
-/// Reads a configuration file; failure is one located error.
-pub fn read_file(path: &Path) -> Result<String, ConfigErrors> {
-    std::fs::read_to_string(path).map_err(|e| {
+/// Reads a configuration file of at most `limit`; failure is one error naming the file.
+pub fn read_file(path: &Path, limit: Limit) -> Result<String, ConfigErrors> {
+    read_limited(path, limit).map_err(|e| {
         ConfigErrors(vec![ConfigError {
             file: path.to_path_buf(),
             pos: Pos::default(),
             message: format!("cannot read: {e}"),
         }])
     })
+}
+
+/// The most a file read may hold, and what sets it (named in the error, so an operator
+/// knows what to raise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub bytes: u64,
+    /// The configuration key that sets the limit, or what a fixed limit is for.
+    pub set_by: &'static str,
+}
+
+/// Why a file could not be read (callers say which file, and that it could not be read).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("a dangling symbolic link")]
+    Dangling,
+    #[error("a symbolic link loop")]
+    Loop,
+    #[error("not a regular file ({0})")]
+    NotRegular(&'static str),
+    #[error("too large: {size} bytes, more than the {} bytes of {}", limit.bytes, limit.set_by)]
+    TooLarge { size: u64, limit: Limit },
+    #[error("not valid UTF-8")]
+    NotUtf8,
+}
+
+/// Opens a file for reading that must be a regular file. Opened non-blocking, so that a
+/// FIFO with no writer cannot hang the open, then checked on the opened descriptor (no
+/// window between check and use): FIFOs, sockets and devices would block a reader forever
+/// or never end.
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), FileError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    let meta = file.metadata()?;
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        return Ok((file, meta));
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "an unknown kind of file"
+    };
+    Err(FileError::NotRegular(kind))
+}
+
+fn open_error(path: &Path, e: std::io::Error) -> FileError {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) => FileError::Loop,
+        Some(libc::ENOENT)
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            FileError::Dangling
+        }
+        _ => FileError::Io(e),
+    }
+}
+
+/// Reads a regular file (see `open_regular`) of at most `limit` bytes as text. The size
+/// is checked before reading and the read stops past the limit, so a file that grows
+/// meanwhile cannot exhaust memory either.
+pub fn read_limited(path: &Path, limit: Limit) -> Result<String, FileError> {
+    use std::io::Read;
+    let (file, meta) = open_regular(path)?;
+    if meta.len() > limit.bytes {
+        return Err(FileError::TooLarge { size: meta.len(), limit });
+    }
+    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
+    file.take(limit.bytes.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit.bytes {
+        return Err(FileError::TooLarge { size: buf.len() as u64, limit });
+    }
+    String::from_utf8(buf).map_err(|_| FileError::NotUtf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BIG: Limit = Limit { bytes: 1 << 20, set_by: "a test" };
+
+    #[test]
+    fn only_regular_files_within_the_limit_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "abcd").unwrap();
+        assert_eq!(read_limited(&file, BIG).unwrap(), "abcd");
+        assert_eq!(read_limited(&file, Limit { bytes: 4, ..BIG }).unwrap(), "abcd");
+        let small = Limit { bytes: 3, set_by: "limits.test" };
+        let e = read_limited(&file, small).unwrap_err().to_string();
+        assert_eq!(e, "too large: 4 bytes, more than the 3 bytes of limits.test");
+
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(
+            read_limited(&fifo, BIG).unwrap_err().to_string(),
+            "not a regular file (a FIFO)"
+        );
+        let e = read_limited(Path::new("/dev/zero"), BIG).unwrap_err().to_string();
+        assert_eq!(e, "not a regular file (a character device)");
+        let e = read_limited(dir.path(), BIG).unwrap_err().to_string();
+        assert_eq!(e, "not a regular file (a directory)");
+
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert_eq!(
+            read_limited(&dangling, BIG).unwrap_err().to_string(),
+            "a dangling symbolic link"
+        );
+        let looped = dir.path().join("loop");
+        std::os::unix::fs::symlink(&looped, &looped).unwrap();
+        assert_eq!(read_limited(&looped, BIG).unwrap_err().to_string(), "a symbolic link loop");
+        std::fs::write(&file, [0xff, 0xfe]).unwrap();
+        assert_eq!(read_limited(&file, BIG).unwrap_err().to_string(), "not valid UTF-8");
+    }
 }

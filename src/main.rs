@@ -120,7 +120,10 @@ fn main() -> ExitCode {
 
 fn run_server(config: PathBuf) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(steerdns::server::serve(&config))?;
+    let served = runtime.block_on(steerdns::server::serve(&config));
+    // Dropping the runtime would wait for every blocking task, a reload among them.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    served?;
     Ok(())
 }
 

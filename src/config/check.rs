@@ -1,8 +1,8 @@
-//! Small located checks shared by the config builders: integer ranges and durations.
+//! Small located checks shared by the config builders: integer ranges, durations, sizes.
 
 use std::time::Duration;
 
-use super::raw::{Int, Loc};
+use super::raw::{Int, Loc, SizeText};
 use crate::diag::Sink;
 
 /// The value when it lies in `lo..=hi`, else an error naming the key and the range.
@@ -49,6 +49,67 @@ pub fn duration(sink: &mut Sink<'_>, v: &Loc<String>, key: &str) -> Option<Durat
                 ),
             );
             None
+        }
+    }
+}
+
+/// A size in bytes, written as a number of bytes or with a unit: `512KiB`, `16MiB`,
+/// `1GiB` (powers of 1024) or `kB`, `MB`, `GB` (powers of 1000). At least 1 byte.
+pub fn size(sink: &mut Sink<'_>, v: &Loc<SizeText>, key: &str) -> Option<u64> {
+    let parsed = parse_size(&v.value.0);
+    if parsed.is_none() {
+        sink.on(
+            v,
+            format!(
+                "{key}: invalid size {:?} (a number of bytes, or with a unit: 512KiB, 16MiB, 1GiB, kB, MB, GB)",
+                v.value.0
+            ),
+        );
+    }
+    parsed
+}
+
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let unit: u64 = match unit.trim_start() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return None,
+    };
+    number.parse::<u64>().ok()?.checked_mul(unit).filter(|&n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse_with_and_without_units() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("4096", Some(4096)),
+            ("1KiB", Some(1024)),
+            ("16MiB", Some(16 << 20)),
+            ("16 MiB", Some(16 << 20)),
+            ("1GiB", Some(1 << 30)),
+            ("2kB", Some(2000)),
+            ("3MB", Some(3_000_000)),
+            ("0", None),
+            ("", None),
+            ("MiB", None),
+            ("1.5MiB", None),
+            ("-1", None),
+            ("16mib", None),
+            ("99999999999TiB", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(super::parse_size(text), *want, "{text:?}");
         }
     }
 }

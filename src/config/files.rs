@@ -7,11 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::par;
 use super::raw::{RawProfile, with_line_base};
 use super::reuse::{self, Piece, ProfileFile, Reuse};
 use super::yaml;
-use crate::diag::{self, ConfigError, Pos, from_yaml};
+use super::{Limits, par};
+use crate::diag::{self, ConfigError, Limit, Pos, from_yaml};
 
 /// One profile document and the file it came from.
 pub struct Source {
@@ -38,14 +38,21 @@ pub enum Doc {
 }
 
 /// Every `*.yaml` / `*.yml` file of `dir`, in name order, each split into documents, and
-/// what each file held (for the next reload's `reuse`).
+/// what each file held (for the next reload's `reuse`). Entries with such a name that are
+/// not regular files (FIFOs, sockets, devices, dangling symbolic links, link loops) are
+/// errors, not skipped: the operator meant them to hold profiles. Subdirectories are not
+/// read.
 pub fn read_dir(
     dir: &Path,
     reuse: Option<&Reuse<'_>>,
+    limits: &Limits,
     errors: &mut Vec<ConfigError>,
 ) -> (Vec<Source>, Vec<ProfileFile>) {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_yaml(p)).collect(),
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| is_yaml(p) && !is_dir(p))
+            .collect(),
         Err(e) => {
             errors.push(ConfigError {
                 file: dir.to_path_buf(),
@@ -56,9 +63,21 @@ pub fn read_dir(
         }
     };
     files.sort();
+    // Checked before reading, so an oversized directory is refused without being read;
+    // each file's own read enforces its limit (and a file growing meanwhile stops there).
+    let listed: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+    if over_total(dir, listed, limits, errors) {
+        return (Vec::new(), Vec::new());
+    }
+    let reads = read_parallel(&files, reuse, limits.profile_file);
+    let read_total: u64 =
+        reads.iter().filter_map(|r| r.identity.as_ref()).map(|i| i.len as u64).sum();
+    if over_total(dir, read_total, limits, errors) {
+        return (Vec::new(), Vec::new());
+    }
     let mut out = Vec::new();
     let mut seen = Vec::new();
-    for (path, read) in files.iter().zip(read_parallel(&files, reuse)) {
+    for (path, read) in files.iter().zip(reads) {
         errors.extend(read.errors);
         if let Some(Identity { len, hash, pieces }) = read.identity {
             let ids = out.len()..out.len() + read.docs.len();
@@ -67,6 +86,22 @@ pub fn read_dir(
         out.extend(read.docs);
     }
     (out, seen)
+}
+
+fn over_total(dir: &Path, total: u64, limits: &Limits, errors: &mut Vec<ConfigError>) -> bool {
+    let limit = limits.profiles_total;
+    if total <= limit.bytes {
+        return false;
+    }
+    errors.push(ConfigError {
+        file: dir.to_path_buf(),
+        pos: Pos::default(),
+        message: format!(
+            "the profile files hold {total} bytes, more than the {} bytes of {}",
+            limit.bytes, limit.set_by
+        ),
+    });
+    true
 }
 
 /// What reading one file gave: its documents, its errors, and its identity when it could
@@ -87,15 +122,16 @@ struct Identity {
 
 /// Reads (and parses, unless taken over) every file, spread over the cores (see `par`):
 /// YAML parsing dominates a large load.
-fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>) -> Vec<FileRead> {
-    let read = |part: &[PathBuf]| part.iter().map(|f| read_file(f, reuse)).collect::<Vec<_>>();
+fn read_parallel(files: &[PathBuf], reuse: Option<&Reuse<'_>>, limit: Limit) -> Vec<FileRead> {
+    let read =
+        |part: &[PathBuf]| part.iter().map(|f| read_file(f, reuse, limit)).collect::<Vec<_>>();
     par::chunked(files, 1, read).into_iter().flatten().collect()
 }
 
 /// Every profile of one file (see `read_text`).
-fn read_file(path: &Path, reuse: Option<&Reuse<'_>>) -> FileRead {
+fn read_file(path: &Path, reuse: Option<&Reuse<'_>>, limit: Limit) -> FileRead {
     let mut read = FileRead::default();
-    let text = match diag::read_file(path) {
+    let text = match diag::read_file(path, limit) {
         Ok(t) => t,
         Err(e) => {
             read.errors.extend(e.0);
@@ -218,7 +254,12 @@ fn shifted(mut e: ConfigError, lines_before: u32) -> ConfigError {
 
 fn is_yaml(p: &Path) -> bool {
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml")) && p.is_file()
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+}
+
+/// A directory, or a link to one (a link that cannot be followed is not: it is reported).
+fn is_dir(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_dir())
 }
 
 #[cfg(test)]

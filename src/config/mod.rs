@@ -30,7 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::diag::{ConfigError, ConfigErrors};
 
-use crate::diag::{self, Sink, from_yaml};
+use crate::diag::{self, Limit, Sink, from_yaml};
 use files::Doc;
 use raw::RawServer;
 use reuse::Reuse;
@@ -101,17 +101,17 @@ fn load_with(
     allow_reuse: bool,
 ) -> Result<Loaded, Failed> {
     let mut errors = Vec::new();
-    let text = diag::read_file(path)?;
+    let text = diag::read_file(path, CONFIG_FILE_LIMIT)?;
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let (listen, mut zones, world, profiles_dir) =
+    let (listen, mut zones, world, profiles_dir, limits) =
         server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let cookies =
         cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
-    let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &mut errors);
+    let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &limits, &mut errors);
     let reused = sources.iter().any(|s| matches!(s.doc, Doc::Reused(_)));
     let prev = previous.map_or(&[][..], |p| p.profiles.as_slice());
     let (mut profiles, origin_doc) =
@@ -140,23 +140,79 @@ fn load_with(
 }
 
 /// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles), the
-/// location data and the profiles directory.
+/// location data, the profiles directory and the file size limits.
 fn server(
     sink: &mut Sink<'_>,
     raw: &RawServer,
     base: &Path,
-) -> (Listen, Vec<Zone>, World, PathBuf) {
+) -> (Listen, Vec<Zone>, World, PathBuf, Limits) {
+    let limits = limits(sink, raw);
     let mut listen = listen(sink, raw);
     listen.admin_token = admin_token(sink, raw, base);
-    let zones: Vec<Zone> =
-        raw.zones.value.iter().filter_map(|z| zones::build(sink, z, base)).collect();
+    let zones: Vec<Zone> = raw
+        .zones
+        .value
+        .iter()
+        .filter_map(|z| zones::build(sink, z, base, limits.zone_file))
+        .collect();
     if raw.zones.value.is_empty() {
         sink.on(&raw.zones, "at least one zone is needed");
     }
     check_zone_overlap(sink, raw, &zones);
     let profiles_dir = base.join(raw.profiles.as_ref().map_or("profiles", |p| p.value.as_str()));
-    let world = world::build(sink, raw, base);
-    (listen, zones, world, profiles_dir)
+    let world = world::build(sink, raw, base, &limits);
+    (listen, zones, world, profiles_dir, limits)
+}
+
+/// The most each file a load reads may hold (`limits:`), so that a runaway or mistaken
+/// file (a log, `/dev/zero`) fails the load instead of exhausting the server's memory.
+/// Parsing takes many times a file's size in memory: the defaults leave room for ten
+/// times the 100,000-profile benchmark configuration (16 MB in all, 160 KB a file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub profile_file: Limit,
+    pub profiles_total: Limit,
+    pub zone_file: Limit,
+    pub latency_table: Limit,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            // The benchmark's 100,000 profiles fit in one file.
+            profile_file: Limit { bytes: 16 << 20, set_by: "limits.profile_file" },
+            profiles_total: Limit { bytes: 256 << 20, set_by: "limits.profiles_total" },
+            zone_file: Limit { bytes: 64 << 20, set_by: "limits.zone_file" },
+            latency_table: crate::geo::LatencyTable::DEFAULT_LIMIT,
+        }
+    }
+}
+
+/// `steerdns.yaml` is read before `limits:` is known, so its own limit is fixed.
+const CONFIG_FILE_LIMIT: Limit =
+    Limit { bytes: 16 << 20, set_by: "the fixed limit for the configuration file" };
+
+/// A token is a line of text; a larger file is a mistake (`/dev/zero`, a log).
+const TOKEN_FILE_LIMIT: Limit =
+    Limit { bytes: 4 << 10, set_by: "the fixed limit for admin token files" };
+
+fn limits(sink: &mut Sink<'_>, raw: &RawServer) -> Limits {
+    let mut out = Limits::default();
+    let Some(l) = &raw.limits else { return out };
+    let keys = [
+        (&l.profile_file, &mut out.profile_file),
+        (&l.profiles_total, &mut out.profiles_total),
+        (&l.zone_file, &mut out.zone_file),
+        (&l.latency_table, &mut out.latency_table),
+    ];
+    for (value, limit) in keys {
+        if let Some(v) = value
+            && let Some(bytes) = check::size(sink, v, limit.set_by)
+        {
+            limit.bytes = bytes;
+        }
+    }
+    out
 }
 
 /// Drops `value` on another thread, beside the remaining work: freeing many parsed
@@ -199,14 +255,15 @@ const MAX_UDP_THREADS: i64 = 1024;
 /// The admin token, read from `admin.token_file` (surrounding whitespace ignored).
 fn admin_token(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<String> {
     let file = raw.admin.as_ref()?.token_file.as_ref()?;
-    match std::fs::read_to_string(base.join(&file.value)) {
+    let path = base.join(&file.value);
+    match diag::read_limited(&path, TOKEN_FILE_LIMIT) {
         Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
         Ok(_) => {
             sink.on(file, "the admin token file is empty");
             None
         }
         Err(e) => {
-            sink.on(file, format!("cannot read the admin token file: {e}"));
+            sink.on(file, format!("cannot read the admin token file {}: {e}", path.display()));
             None
         }
     }

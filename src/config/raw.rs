@@ -27,6 +27,8 @@ pub struct RawServer {
     pub latency: Option<RawLatency>,
     pub topology: Option<RawTopology>,
     pub profiles: Option<Loc<String>>,
+    // Size limits of the files a load reads.
+    pub limits: Option<RawLimits>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,6 +71,42 @@ pub struct RawLatency {
 pub struct RawTopology {
     #[serde(default)]
     pub zones: BTreeMap<String, Vec<Loc<String>>>,
+}
+
+/// `limits:`: sizes written with a unit (`16MiB`) or as a number of bytes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub profile_file: Option<Loc<SizeText>>,
+    pub profiles_total: Option<Loc<SizeText>>,
+    pub zone_file: Option<Loc<SizeText>>,
+    pub latency_table: Option<Loc<SizeText>>,
+}
+
+/// A size as written, a number or a string; `check::size` gives it meaning.
+#[derive(Debug)]
+pub struct SizeText(pub String);
+
+impl<'de> Deserialize<'de> for SizeText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SizeText, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SizeText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a size such as 16MiB")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeText, E> {
+                Ok(SizeText(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeText, E> {
+                Ok(SizeText(v.to_string()))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeText, E> {
+                Ok(SizeText(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -123,6 +123,7 @@ pub fn take_over(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Limits;
     use crate::config::files::{Doc, read_dir};
 
     /// The reload tests in tests/config.rs show a reload equals a fresh load; this one shows
@@ -147,7 +148,7 @@ mod tests {
         std::fs::write(profiles.join("b.yaml"), b("weighted", "# edited\n")).unwrap();
         let reuse = Reuse::new(loaded.previous(), &snap.zones, &snap.world).expect("same context");
         let mut errors = Vec::new();
-        let (sources, _) = read_dir(&profiles, Some(&reuse), &mut errors);
+        let (sources, _) = read_dir(&profiles, Some(&reuse), &Limits::default(), &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
         let kinds: Vec<String> = sources
             .iter()

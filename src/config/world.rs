@@ -4,12 +4,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::Limits;
 use super::raw::RawServer;
 use crate::diag::{Pos, Sink};
 use crate::geo::{GeoDb, LatencyTable, Regions, World};
 use crate::netrange::{Range, RangeMap};
 
-pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> World {
+pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path, limits: &Limits) -> World {
     let regions = Regions::builtin();
     let db = raw.geo.as_ref().and_then(|g| match GeoDb::open(&base.join(&g.database.value)) {
         Ok(db) => Some(db),
@@ -19,7 +20,8 @@ pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> World {
         }
     });
     let latency = raw.latency.as_ref().and_then(|l| {
-        match LatencyTable::load(&base.join(&l.table.value), Arc::clone(&regions)) {
+        let path = base.join(&l.table.value);
+        match LatencyTable::load_limited(&path, Arc::clone(&regions), limits.latency_table) {
             Ok(t) => Some(t),
             Err(errors) => {
                 sink.errors.extend(errors.0);

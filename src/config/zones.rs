@@ -11,7 +11,7 @@ use hickory_proto::serialize::txt::{ParseResult, Parser};
 use super::check::int_or;
 use super::raw::{Loc, RawZone};
 use crate::FastMap;
-use crate::diag::{Pos, Sink};
+use crate::diag::{self, Limit, Pos, Sink};
 use crate::model::zone::{Node, RrSet, Soa, Zone};
 use crate::wire::Rtype;
 use crate::wire::name::WireName;
@@ -19,7 +19,7 @@ use crate::wire::name::WireName;
 const MAX_TTL: i64 = 2_147_483_647;
 
 /// A zone being built; the serial and fingerprint are set once profiles are attached.
-pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path) -> Option<Zone> {
+pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path, limit: Limit) -> Option<Zone> {
     let z = &raw.value;
     let origin = parse_name(sink, &z.origin, None)?;
     let origin_name = origin.to_name();
@@ -46,7 +46,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path) -> Option<Zon
     }
     if let Some(file) = &z.file {
         let path = base.join(&file.value);
-        match std::fs::read_to_string(&path) {
+        match diag::read_limited(&path, limit) {
             Ok(text) => zone_file(sink, &mut nodes, &origin, &path, &text, ttl),
             Err(e) => sink.on(file, format!("cannot read zone file {}: {e}", path.display())),
         }

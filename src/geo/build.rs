@@ -86,11 +86,17 @@ struct Row {
     coords: Option<(f64, f64)>,
 }
 
+/// The most a CSV input may hold: GeoLite2-City's networks take about 300 MB written this
+/// way, and the whole text and its rows are held in memory while building.
+pub const CSV_LIMIT: crate::diag::Limit =
+    crate::diag::Limit { bytes: 1 << 30, set_by: "the fixed limit for geo build input" };
+
 /// Compiles `input` (CSV) into `output` (MMDB). Nothing is written unless the whole input
 /// is valid.
 pub fn build(input: &Path, output: &Path) -> Result<BuildSummary, Vec<BuildError>> {
     let whole = |message: String| vec![BuildError { file: input.into(), line: 0, col: 0, message }];
-    let text = std::fs::read_to_string(input).map_err(|e| whole(format!("cannot read: {e}")))?;
+    let text = crate::diag::read_limited(input, CSV_LIMIT)
+        .map_err(|e| whole(format!("cannot read: {e}")))?;
     let (bytes, summary) = build_bytes(&text, input, build_time())?;
     write_atomically(output, &bytes)
         .map_err(|e| whole(format!("cannot write {}: {e}", output.display())))?;

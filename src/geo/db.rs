@@ -62,6 +62,13 @@ pub enum GeoError {
         #[source]
         source: MaxMindDbError,
     },
+    /// Not a regular file, or not there: mapping a FIFO or a device would hang or fail.
+    #[error("{}: cannot open geo database: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: crate::diag::FileError,
+    },
 }
 
 /// A summary of the database's metadata, for the startup log.
@@ -195,13 +202,15 @@ impl GeoDb {
     /// the old one, as `geo build` and MaxMind's `geoipupdate` do, then reload.
     pub fn open(path: &Path) -> Result<GeoDb, GeoError> {
         let err = |source| GeoError::Open { path: path.to_path_buf(), source };
-        let key = file_key(path).map_err(|e| err(MaxMindDbError::Io(e)))?;
+        let (file, meta) = crate::diag::open_regular(path)
+            .map_err(|source| GeoError::File { path: path.to_path_buf(), source })?;
+        let key = file_key(path, &meta);
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|(_, w)| w.strong_count() > 0);
         if let Some(inner) = open.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
             return Ok(GeoDb { inner });
         }
-        let inner = Arc::new(Opened::new(path).map_err(err)?);
+        let inner = Arc::new(Opened::new(path, &file).map_err(err)?);
         open.push((key, Arc::downgrade(&inner)));
         Ok(GeoDb { inner })
     }
@@ -266,10 +275,11 @@ impl GeoDb {
 }
 
 impl Opened {
-    fn new(path: &Path) -> Result<Opened, MaxMindDbError> {
+    fn new(path: &Path, file: &std::fs::File) -> Result<Opened, MaxMindDbError> {
         // SAFETY: see `GeoDb::open` — steerdns never writes a database it has open, and the
         // documented way to update one is an atomic rename, which leaves this mapping intact.
-        let reader = unsafe { Reader::open_mmap(path) }?;
+        let map = unsafe { Mmap::map(file) }.map_err(MaxMindDbError::Mmap)?;
+        let reader = Reader::from_source(map)?;
         let mut records = HashMap::default();
         let mut places = PlacesBuilder::default();
         for found in reader.networks(WithinOptions::default())? {
@@ -293,11 +303,11 @@ fn decode(result: &LookupResult<'_, Mmap>) -> Option<Location> {
     }
 }
 
-fn file_key(path: &Path) -> std::io::Result<FileKey> {
+/// The key of the opened file (from its descriptor, so it describes what is mapped).
+fn file_key(path: &Path, m: &std::fs::Metadata) -> FileKey {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path)?;
     let path = path.to_path_buf();
-    Ok(FileKey { path, dev: m.dev(), ino: m.ino(), len: m.len(), mtime: m.modified().ok() })
+    FileKey { path, dev: m.dev(), ino: m.ino(), len: m.len(), mtime: m.modified().ok() }
 }
 
 /// The matched network's length in `ip`'s family. maxminddb already converts IPv4 lookups in

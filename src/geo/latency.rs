@@ -23,7 +23,7 @@ use super::Entries;
 use super::db::Location;
 use super::regions::RegionId;
 use super::regions::Regions;
-use crate::diag::ConfigErrors;
+use crate::diag::{ConfigErrors, Limit};
 use crate::diag::{Sink, from_yaml};
 
 /// Mean Earth radius (IUGG), km.
@@ -171,9 +171,21 @@ struct RawRow {
 }
 
 impl LatencyTable {
+    /// The default most a table file may hold: room for about a million measured rows.
+    pub const DEFAULT_LIMIT: Limit = Limit { bytes: 128 << 20, set_by: "limits.latency_table" };
+
     /// Reads and validates a table; `from:` codes are checked against `hierarchy`.
     pub fn load(path: &Path, hierarchy: Arc<Regions>) -> Result<LatencyTable, ConfigErrors> {
-        let text = crate::diag::read_file(path)?;
+        LatencyTable::load_limited(path, hierarchy, LatencyTable::DEFAULT_LIMIT)
+    }
+
+    /// `load` of a file of at most `limit`.
+    pub fn load_limited(
+        path: &Path,
+        hierarchy: Arc<Regions>,
+        limit: Limit,
+    ) -> Result<LatencyTable, ConfigErrors> {
+        let text = crate::diag::read_file(path, limit)?;
         LatencyTable::parse(&text, path, hierarchy)
     }
 

@@ -118,7 +118,10 @@ impl Regions {
 
     /// Reads a hierarchy file (same format as `geo-data/regions.yaml`).
     pub fn load(path: &Path) -> Result<Regions, ConfigErrors> {
-        let text = crate::diag::read_file(path)?;
+        // The shipped hierarchy is 10 KB; any hierarchy of places stays far below this.
+        let limit =
+            crate::diag::Limit { bytes: 16 << 20, set_by: "the fixed limit for region files" };
+        let text = crate::diag::read_file(path, limit)?;
         Regions::parse(&text, path)
     }
 

@@ -16,7 +16,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -49,7 +51,12 @@ impl Server {
     /// TCP on the same port; port 0 picks a free one), the admin API when configured, and
     /// the file watcher. Must run inside a tokio runtime.
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
-        let loaded = config::load(config_path, None)?;
+        // Off the runtime's threads, so that signals are still handled while it loads.
+        let path = config_path.to_path_buf();
+        let loaded = match tokio::task::spawn_blocking(move || config::load(&path, None)).await {
+            Ok(loaded) => loaded?,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
         let cancel = CancellationToken::new();
@@ -183,17 +190,54 @@ fn unavailable(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL))
 }
 
+/// How long `serve` waits for listeners and probes to stop after SIGTERM or SIGINT.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
+
 /// `steerdns serve`: runs until SIGTERM or SIGINT; SIGHUP reloads. The handlers are
 /// installed before any port is bound, so a SIGHUP sent as soon as the server answers
-/// reloads it instead of killing it.
+/// reloads it instead of killing it. Stopping never waits for a reload (nor for the
+/// first load): it returns within `SHUTDOWN_LIMIT`, and the caller must not wait for the
+/// runtime's blocking threads either (`main` uses `Runtime::shutdown_timeout`).
 pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
-    let signals = Signals::install();
-    let server = Server::start(config_path).await?;
+    let mut signals = Signals::install();
+    let mut server = tokio::select! {
+        started = Server::start(config_path) => started?,
+        () = signals.stopped() => {
+            tracing::info!("stopped while loading the configuration");
+            return Ok(());
+        }
+    };
     log_startup(&server.snapshot());
-    signals.wait(&server).await;
+    let reloads = spawn_reloader(&mut server);
+    signals.wait(&reloads).await;
     tracing::info!("shutting down");
-    server.shutdown().await;
+    if tokio::time::timeout(SHUTDOWN_LIMIT, server.shutdown()).await.is_err() {
+        tracing::warn!(limit = ?SHUTDOWN_LIMIT, "listeners or probes did not stop in time; exiting anyway");
+    }
     Ok(())
+}
+
+/// Runs SIGHUP reloads one after another on a task of their own, so that the signal loop
+/// never waits for one. A SIGHUP during a reload asks for one more; further ones before it
+/// starts add nothing (it reads every file anyway).
+fn spawn_reloader(server: &mut Server) -> mpsc::Sender<()> {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let (control, cancel) = (server.control.clone(), server.cancel.clone());
+    server.tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                got = rx.recv() => if got.is_none() { return },
+            }
+            let c = control.clone();
+            let reload = tokio::task::spawn_blocking(move || c.reload("SIGHUP"));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = reload => {}
+            }
+        }
+    });
+    tx
 }
 
 fn log_startup(snap: &Snapshot) {
@@ -206,6 +250,11 @@ fn log_startup(snap: &Snapshot) {
 
 struct Signals {
     streams: Option<[tokio::signal::unix::Signal; 3]>,
+}
+
+/// A future that never completes: no signal handlers means no signal to wait for.
+async fn never() {
+    std::future::pending::<()>().await
 }
 
 impl Signals {
@@ -222,15 +271,25 @@ impl Signals {
         Signals { streams }
     }
 
-    async fn wait(self, server: &Server) {
-        let Some([mut term, mut int, mut hup]) = self.streams else { return };
+    /// Until SIGTERM or SIGINT (SIGHUPs meanwhile are left for `wait`).
+    async fn stopped(&mut self) {
+        let Some([term, int, _]) = &mut self.streams else { return never().await };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+
+    /// Until SIGTERM or SIGINT, asking `reloads` for a reload at each SIGHUP.
+    async fn wait(mut self, reloads: &mpsc::Sender<()>) {
+        let Some([term, int, hup]) = &mut self.streams else { return };
         loop {
             tokio::select! {
                 _ = term.recv() => return,
                 _ = int.recv() => return,
                 _ = hup.recv() => {
-                    let c = server.control.clone();
-                    let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
+                    // Full: a reload is already asked for and will read every file.
+                    let _ = reloads.try_send(());
                 }
             }
         }

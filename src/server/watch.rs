@@ -1,6 +1,6 @@
 //! Hot reload on file changes: the profiles directory and `steerdns.yaml` are watched
 //! (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
-//! is debounced into one reload.
+//! is debounced into one reload, at most `MAX_DELAY` after the burst's first event.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,12 +8,17 @@ use std::time::Duration;
 
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::control::Control;
 
 /// Quiet time after the last event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// The longest a change waits for quiet: a file rewritten without pause (a log written by
+/// mistake into the profiles directory, a sync tool) must not hold back other changes.
+pub const MAX_DELAY: Duration = Duration::from_secs(1);
 
 /// Starts watching; the returned watcher must be kept alive as long as watching should go on.
 pub fn spawn(
@@ -65,15 +70,26 @@ async fn debounce_loop(
             _ = cancel.cancelled() => return,
             got = rx.recv() => if got.is_none() { return },
         }
-        // Wait for a quiet moment: every further event restarts the clock.
+        // Wait for a quiet moment: every further event restarts the clock, up to MAX_DELAY
+        // after the first one.
+        let first = Instant::now();
+        let mut due = first + DEBOUNCE;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(DEBOUNCE) => break,
-                got = rx.recv() => if got.is_none() { return },
+                _ = tokio::time::sleep_until(due) => break,
+                got = rx.recv() => match got {
+                    None => return,
+                    Some(()) => due = (Instant::now() + DEBOUNCE).min(first + MAX_DELAY),
+                },
             }
         }
         let c = control.clone();
-        let _ = tokio::task::spawn_blocking(move || c.reload("file change")).await;
+        let reload = tokio::task::spawn_blocking(move || c.reload("file change"));
+        // Shutdown does not wait for a reload (see `server::serve`).
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = reload => {}
+        }
     }
 }
