@@ -26,18 +26,18 @@ use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use crate::diag::{ConfigError, ConfigErrors};
 
 use crate::diag::{self, Limit, Sink, from_yaml};
 use files::Doc;
-use raw::RawServer;
+use raw::{Loc, RawListen, RawServer};
 use reuse::Reuse;
 
 use crate::geo::World;
 use crate::model::health::{HealthTable, Status};
-use crate::model::snapshot::{Listen, Snapshot};
+use crate::model::snapshot::{Listen, Snapshot, TcpLimits};
 use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
 
@@ -245,7 +245,49 @@ fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
         .udp_threads
         .as_ref()
         .and_then(|n| check::int_in(sink, n, 1, MAX_UDP_THREADS, "listen.udp_threads"));
+    out.tcp = tcp_limits(sink, l);
     out
+}
+
+/// `listen.tcp_*`; each absent or invalid key keeps its default.
+fn tcp_limits(sink: &mut Sink<'_>, l: &RawListen) -> TcpLimits {
+    let d = TcpLimits::default();
+    let max = l.tcp_max_connections.as_ref();
+    let per_source = l.tcp_per_source.as_ref();
+    let mut within = |v: Option<&Loc<String>>, key: &str, lo: Duration, hi: Duration| {
+        let v = v?;
+        let got = check::duration(sink, v, key)?;
+        if (lo..=hi).contains(&got) {
+            return Some(got);
+        }
+        let (lo, hi) = (humantime::format_duration(lo), humantime::format_duration(hi));
+        sink.on(v, format!("{key} must be between {lo} and {hi}"));
+        None
+    };
+    let ms = Duration::from_millis;
+    let idle =
+        within(l.tcp_idle_timeout.as_ref(), "listen.tcp_idle_timeout", ms(100), ms(3_600_000));
+    let io = within(l.tcp_io_timeout.as_ref(), "listen.tcp_io_timeout", ms(10), ms(60_000));
+    TcpLimits {
+        max_connections: check::int_or(
+            sink,
+            max,
+            1,
+            1_000_000,
+            "listen.tcp_max_connections",
+            d.max_connections,
+        ),
+        per_source: check::int_or(
+            sink,
+            per_source,
+            1,
+            1_000_000,
+            "listen.tcp_per_source",
+            d.per_source,
+        ),
+        idle_timeout: idle.unwrap_or(d.idle_timeout),
+        io_timeout: io.unwrap_or(d.io_timeout),
+    }
 }
 
 /// More UDP threads than this only adds wakeups: the kernel spreads clients over the

@@ -38,6 +38,10 @@ pub struct RawListen {
     pub dns: Vec<Loc<String>>,
     pub admin: Option<Loc<String>>,
     pub udp_threads: Option<Loc<Int>>,
+    pub tcp_max_connections: Option<Loc<Int>>,
+    pub tcp_per_source: Option<Loc<Int>>,
+    pub tcp_idle_timeout: Option<Loc<String>>,
+    pub tcp_io_timeout: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]

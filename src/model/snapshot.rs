@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::counters::QueryCounters;
 use super::health::HealthTable;
@@ -24,6 +25,31 @@ pub struct Listen {
     pub admin_token: Option<String>,
     /// UDP sockets (and threads) per `dns` address; `None`: one per core.
     pub udp_threads: Option<usize>,
+    pub tcp: TcpLimits,
+}
+
+/// What one DNS client may hold of the TCP front end (`listen.tcp_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpLimits {
+    /// Connections at once over every `dns` address (before the file-descriptor cap).
+    pub max_connections: usize,
+    /// Connections at once from one IPv4 address or IPv6 /64.
+    pub per_source: usize,
+    /// A connection with no complete query for this long is closed.
+    pub idle_timeout: Duration,
+    /// A connection whose answer cannot be written within this long is closed.
+    pub io_timeout: Duration,
+}
+
+impl Default for TcpLimits {
+    fn default() -> TcpLimits {
+        TcpLimits {
+            max_connections: 1024,
+            per_source: 64,
+            idle_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(1),
+        }
+    }
 }
 
 #[derive(Debug)]

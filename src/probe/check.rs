@@ -54,6 +54,9 @@ pub enum Reason {
     Other(String),
     /// A host name with several addresses, every one of which failed.
     Addresses(Vec<(IpAddr, Reason)>),
+    /// This host ran out of something (file descriptors, buffers, local ports, memory)
+    /// before the check could ask the endpoint anything; the innermost error text.
+    Local(String),
 }
 
 impl Reason {
@@ -69,8 +72,29 @@ impl Reason {
             Reason::Setup(_) => "setup",
             Reason::Other(_) => "error",
             Reason::Addresses(all) => all.first().map_or("error", |(_, r)| r.kind()),
+            Reason::Local(_) => "local",
         }
     }
+
+    /// True when the failure says nothing about the endpoint: this host lacked a resource
+    /// for at least one address, which might otherwise have answered. Such a result is no
+    /// observation and must not count against the endpoint.
+    pub fn is_local(&self) -> bool {
+        match self {
+            Reason::Local(_) => true,
+            Reason::Addresses(all) => all.iter().any(|(_, r)| r.is_local()),
+            _ => false,
+        }
+    }
+}
+
+/// Errors that describe this host, not the endpoint: out of file descriptors (per process
+/// or system-wide), socket buffers, local ports or addresses, or memory.
+pub fn local_errno(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::EADDRNOTAVAIL | libc::ENOMEM
+    )
 }
 
 impl fmt::Display for Reason {
@@ -90,6 +114,7 @@ impl fmt::Display for Reason {
             Reason::Tls(e) => write!(f, "TLS: {e}"),
             Reason::Resolve { name, error } => write!(f, "cannot resolve {name}: {error}"),
             Reason::Setup(e) | Reason::Other(e) => f.write_str(e),
+            Reason::Local(e) => write!(f, "local resources: {e}"),
             Reason::Addresses(all) => {
                 // The same failure everywhere reads better once, without addresses.
                 if all.windows(2).all(|w| w[0].1 == w[1].1)
@@ -247,7 +272,10 @@ async fn connect(addr: SocketAddr) -> Result<TcpStream, Reason> {
 
 async fn resolve(name: &str, port: u16) -> Result<Vec<IpAddr>, Reason> {
     let failed = |error: String| Reason::Resolve { name: name.to_string(), error };
-    let addrs = tokio::net::lookup_host((name, port)).await.map_err(|e| failed(e.to_string()))?;
+    let addrs = tokio::net::lookup_host((name, port)).await.map_err(|e| match classify(&e) {
+        local @ Reason::Local(_) => local,
+        _ => failed(e.to_string()),
+    })?;
     let mut ips: Vec<IpAddr> = Vec::new();
     for a in addrs {
         if !ips.contains(&a.ip()) {
@@ -292,13 +320,17 @@ async fn any_ok(checks: impl Iterator<Item = (IpAddr, BoxCheck<'_>)>) -> Result<
 }
 
 /// The reason of an I/O failure: a rustls error inside is a TLS failure, a refused
-/// connect is `Refused`, anything else reads as its innermost error.
+/// connect is `Refused`, a local resource shortage is `Local`, anything else reads as its
+/// innermost error.
 fn classify(err: &io::Error) -> Reason {
     let found = chain(err).find_map(|e| {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(Reason::Tls(tls.to_string()));
         }
         let io = e.downcast_ref::<io::Error>()?;
+        if io.raw_os_error().is_some_and(local_errno) {
+            return Some(Reason::Local(io.to_string()));
+        }
         (io.kind() == io::ErrorKind::ConnectionRefused).then_some(Reason::Refused)
     });
     found.unwrap_or_else(|| Reason::Other(innermost(err)))
@@ -415,6 +447,40 @@ mod tests {
 
         let reset = io::Error::other(io::Error::new(io::ErrorKind::ConnectionReset, "peer reset"));
         assert_eq!(classify(&reset), Reason::Other("peer reset".into()));
+    }
+
+    /// Which I/O errors are this host's shortage (no observation) and which are the
+    /// endpoint's failure, however deeply they are wrapped.
+    #[test]
+    fn local_resource_errors_are_told_apart() {
+        let os = io::Error::from_raw_os_error;
+        let cases: Vec<(io::Error, bool)> = vec![
+            (os(libc::EMFILE), true),
+            (os(libc::ENFILE), true),
+            (os(libc::ENOBUFS), true),
+            (os(libc::EADDRNOTAVAIL), true),
+            (os(libc::ENOMEM), true),
+            (io::Error::other(os(libc::EMFILE)), true),
+            (os(libc::ECONNREFUSED), false),
+            (os(libc::ECONNRESET), false),
+            (os(libc::EHOSTUNREACH), false),
+            (os(libc::ENETUNREACH), false),
+            (os(libc::ETIMEDOUT), false),
+            (io::Error::from(io::ErrorKind::UnexpectedEof), false),
+        ];
+        for (err, local) in cases {
+            let r = classify(&err);
+            assert_eq!(r.is_local(), local, "{err}: {r:?}");
+            assert_eq!(r.kind() == "local", local, "{err}");
+        }
+        let emfile = classify(&os(libc::EMFILE));
+        assert!(emfile.to_string().starts_with("local resources: "), "{emfile}");
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mixed =
+            Reason::Addresses(vec![(ip("192.0.2.1"), Reason::Refused), (ip("::1"), emfile)]);
+        assert!(mixed.is_local(), "one address unasked: no verdict on the host name");
+        let all_failed = Reason::Addresses(vec![(ip("192.0.2.1"), Reason::Refused)]);
+        assert!(!all_failed.is_local());
     }
 
     #[test]

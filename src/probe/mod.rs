@@ -256,6 +256,12 @@ impl Prober {
         self.stats.read(probes)
     }
 
+    /// Probe runs discarded because this host lacked a resource; unlike `stats`, reading it
+    /// resets nothing.
+    pub fn skipped_local(&self) -> u64 {
+        self.stats.skipped_local()
+    }
+
     /// Waits for every probe task to end, once the cancellation token has fired.
     pub async fn wait(&self) {
         let tasks: Vec<JoinHandle<()>> =

@@ -71,7 +71,14 @@ pub struct Stats {
     lag_sum_us: AtomicU64,
     max_lag_us: AtomicU64,
     durations: [Durations; 3],
+    skipped_local: AtomicU64,
+    /// When a skipped run was last logged (ms since the Unix epoch), for the rate limit.
+    skipped_logged_ms: AtomicU64,
 }
+
+/// Skipped runs are logged at most once in this long: a host out of file descriptors
+/// skips every probe, and a line per probe would flood the log it needs to be read in.
+const SKIPPED_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// A histogram of check durations.
 #[derive(Debug, Default)]
@@ -103,6 +110,9 @@ pub struct ProberStats {
     pub lag_sum: Duration,
     /// The latest start of any run since the previous reading.
     pub max_lag: Duration,
+    /// Runs whose result was discarded because this host lacked a resource (file
+    /// descriptors, buffers, local ports, memory): no observation of the endpoint.
+    pub skipped_local: u64,
 }
 
 impl Stats {
@@ -124,6 +134,26 @@ impl Stats {
         let i =
             DURATION_BUCKETS.iter().position(|b| secs <= *b).unwrap_or(DURATION_BUCKETS.len() - 1);
         h.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a run that found this host short of resources, and says whether to log it
+    /// (the first one in `SKIPPED_LOG_EVERY`).
+    fn skipped(&self) -> bool {
+        self.skipped_local.fetch_add(1, Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let last = self.skipped_logged_ms.load(Ordering::Relaxed);
+        let every = u64::try_from(SKIPPED_LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
+        (last == 0 || now.saturating_sub(last) >= every)
+            && self
+                .skipped_logged_ms
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    pub fn skipped_local(&self) -> u64 {
+        self.skipped_local.load(Ordering::Relaxed)
     }
 
     pub fn durations(&self) -> Vec<DurationHistogram> {
@@ -153,6 +183,7 @@ impl Stats {
             missed: self.missed.load(Ordering::Relaxed),
             lag_sum: Duration::from_micros(self.lag_sum_us.load(Ordering::Relaxed)),
             max_lag: Duration::from_micros(self.max_lag_us.swap(0, Ordering::Relaxed)),
+            skipped_local: self.skipped_local(),
         }
     }
 }
@@ -192,7 +223,21 @@ pub async fn run<R: Run>(
         };
         let took = started.elapsed();
         stats.took(live.key.monitor.protocol, took);
-        live.record(result, took);
+        match result {
+            // Out of descriptors or ports here says nothing about the endpoint: recording
+            // it as a failure would move traffic away from a healthy endpoint.
+            Err(r) if r.is_local() => {
+                if stats.skipped() {
+                    tracing::warn!(
+                        target = %live.key.target,
+                        reason = %r,
+                        skipped = stats.skipped_local(),
+                        "probe skipped: this host is short of resources; the endpoint keeps its status"
+                    );
+                }
+            }
+            result => live.record(result, took),
+        }
     }
 }
 
@@ -337,6 +382,35 @@ mod tests {
         let change = view.change.unwrap();
         assert_eq!((change.from, change.to), (Status::Checking, Status::Degraded));
         assert_eq!(change.reason, "timeout after 50ms");
+    }
+
+    /// A probe that only ever finds this host out of descriptors leaves its endpoint's
+    /// status, results and failure count alone, and every such run is counted as skipped.
+    #[tokio::test(start_paused = true)]
+    async fn local_resource_failures_are_no_observation() {
+        let cancel = CancellationToken::new();
+        let k = key(4, Duration::from_millis(200), Duration::from_millis(50));
+        let table = Arc::new(HealthTable::new([Status::Online]));
+        let user = User { profile: "p.".into(), endpoint: "e".into(), slot: 0 };
+        let live = Arc::new(Live::new(k, Users { table: table.clone(), list: vec![user] }));
+        let emfile = Reason::Local("Too many open files (os error 24)".into());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let fake =
+            Fake { runs: runs.clone(), delay: Some(Duration::from_millis(1)), result: Err(emfile) };
+        let stats = Arc::new(Stats::default());
+        let first = first_run(Instant::now(), &live.key);
+        tokio::spawn(run(live.clone(), fake, first, cancel.child_token(), stats.clone()));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        cancel.cancel();
+
+        let n = runs.lock().unwrap().len() as u64;
+        assert!(n >= 5, "ran {n} times");
+        assert_eq!(stats.read(1).skipped_local, n);
+        // Checking until a real result; never degraded, however many runs were skipped.
+        assert_eq!(live.view().status, Status::Checking);
+        assert!(live.view().last.is_none());
+        assert_eq!(live.view().counts.iter().sum::<u64>(), 0);
+        assert_eq!(table.status(0), Status::Checking);
     }
 
     #[tokio::test(start_paused = true)]

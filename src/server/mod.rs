@@ -6,7 +6,9 @@
 //! SIGHUP or `admin`), and `admin` serves the HTTP API.
 
 pub mod admin;
+pub mod conns;
 pub mod control;
+pub mod fdlimit;
 pub mod tcp;
 pub mod totals;
 pub mod udp;
@@ -25,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, ConfigErrors};
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
+use conns::Conns;
 use control::Control;
 
 #[derive(Debug, thiserror::Error)]
@@ -87,9 +90,10 @@ impl Server {
     }
 
     async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
+        let conns = Arc::new(tcp_table(listen.tcp.max_connections, listen.tcp.per_source));
         let mut skipped = None;
         for &addr in &listen.dns {
-            match self.listen(addr, listen.udp_threads) {
+            match self.listen(addr, listen, &conns) {
                 // A host without that address (e.g. no IPv6 loopback in a container) should
                 // not stop the other listeners; any other failure (port in use, permission)
                 // is fatal.
@@ -115,10 +119,15 @@ impl Server {
 
     /// Binds TCP first (to learn the port when 0 was asked), then UDP on the same port:
     /// `udp_threads` sockets, one per core by default.
-    fn listen(&mut self, addr: SocketAddr, udp_threads: Option<usize>) -> Result<(), ServerError> {
+    fn listen(
+        &mut self,
+        addr: SocketAddr,
+        listen: &Listen,
+        conns: &Arc<Conns>,
+    ) -> Result<(), ServerError> {
         let bind_err = |addr, source| ServerError::Bind { addr, source };
         let cores = || std::thread::available_parallelism().map_or(2, |n| n.get());
-        let workers = udp_threads.unwrap_or_else(cores);
+        let workers = listen.udp_threads.unwrap_or_else(cores);
         let mut attempt = 0;
         let (tcp, udp) = loop {
             let tcp = tcp::bind(addr).map_err(|e| bind_err(addr, e))?;
@@ -139,7 +148,8 @@ impl Server {
                 .map_err(|e| bind_err(addr, e))?;
             self.udp_threads.push(t);
         }
-        self.tasks.spawn(tcp::serve(tcp, self.control.shared.clone(), self.cancel.clone()));
+        let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
+        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, cancel));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
@@ -185,6 +195,23 @@ impl Server {
     }
 }
 
+/// The DNS TCP connection table, shared by every listener: `configured` connections, fewer
+/// when the open-file limit would not leave room for probes, the admin API and reloads.
+fn tcp_table(configured: usize, per_source: usize) -> Conns {
+    let max = match fdlimit::nofile() {
+        Some((soft, _)) => conns::cap_for_fd_limit(configured, soft),
+        None => configured,
+    };
+    if max < configured {
+        tracing::warn!(
+            configured,
+            max,
+            "open-file limit too low for listen.tcp_max_connections; capped"
+        );
+    }
+    Conns::new(max, per_source)
+}
+
 fn unavailable(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::AddrNotAvailable
         || matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL))
@@ -200,6 +227,10 @@ pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
 /// runtime's blocking threads either (`main` uses `Runtime::shutdown_timeout`).
 pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
     let mut signals = Signals::install();
+    match fdlimit::raise_nofile() {
+        Ok((before, after)) => tracing::info!(before, after, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let mut server = tokio::select! {
         started = Server::start(config_path) => started?,
         () = signals.stopped() => {

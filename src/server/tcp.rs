@@ -1,5 +1,10 @@
 //! The TCP front end (RFC 7766): a small tokio loop that reads length-prefixed queries and
 //! answers each through the same responder as UDP, without the UDP size limit.
+//!
+//! No client may hold it alone: connections go through the shared table of `conns` (a cap
+//! per source, the longest-idle connection evicted when full), a connection with no
+//! complete query for `idle_timeout` is closed (RFC 7766 §6.2.3), and so is one whose
+//! answers cannot be written within `io_timeout`, a client that pipelines and never reads.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,17 +15,16 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::conns::{Admitted, Conns};
+use crate::model::TcpLimits;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
 use crate::wire::cookie::unix_now;
 
-/// Connections served at once; more are closed at accept.
-const MAX_CONNECTIONS: usize = 1024;
-/// A connection with no complete query for this long is closed.
-const IDLE: Duration = Duration::from_secs(10);
+/// Answers gathered before they are written out.
+const WRITE_BUFFER: usize = 16 * 1024;
 
 /// Binds a listening socket (SO_REUSEADDR so restarts do not wait for TIME_WAIT).
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -39,17 +43,18 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(s.into())
 }
 
-/// Accepts connections until `cancel` fires.
+/// Accepts connections into `conns` until `cancel` fires.
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<ArcSwap<Snapshot>>,
+    conns: Arc<Conns>,
+    limits: TcpLimits,
     cancel: CancellationToken,
 ) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!(error = %e, "tcp listener unusable"),
     };
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -62,19 +67,23 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "too many tcp connections; closing");
-            continue;
+        let admitted = match conns.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(why) => {
+                tracing::debug!(%peer, ?why, "tcp connection refused; closing");
+                continue;
+            }
         };
         let (shared, cancel) = (shared.clone(), cancel.clone());
         tokio::spawn(async move {
+            let evicted = admitted.conn.evicted.clone();
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                r = connection(stream, peer, shared) => if let Err(e) = r {
+                _ = evicted.cancelled() => tracing::debug!(%peer, "tcp connection evicted: the table is full"),
+                r = connection(stream, peer, shared, &admitted, limits) => if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "tcp connection ended");
                 },
             }
-            drop(permit);
         });
     }
 }
@@ -83,29 +92,33 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<ArcSwap<Snapshot>>,
+    admitted: &Admitted,
+    limits: TcpLimits,
 ) -> std::io::Result<()> {
+    let (idle, io) = (limits.idle_timeout, limits.io_timeout);
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     // Buffered both ways: pipelined queries are read with one system call and their answers
     // leave together when no more input is waiting.
     let mut reader = BufReader::with_capacity(16 * 1024, rd);
-    let mut writer = BufWriter::with_capacity(16 * 1024, wr);
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER, wr);
     let mut rng = SmallRng::from_rng(&mut rand::rng());
     let mut query = Vec::with_capacity(512);
     let mut out = Vec::with_capacity(4096);
     loop {
-        if reader.buffer().is_empty() {
-            writer.flush().await?;
+        if reader.buffer().is_empty() && !writer.buffer().is_empty() {
+            timed(io, writer.flush()).await?;
         }
         let ready = reader.buffer().len() >= 2;
-        let Some(len) = idle_or(ready, reader.read_u16()).await? else {
+        let Some(len) = idle_or(idle, ready, reader.read_u16()).await? else {
             return Ok(());
         };
         query.resize(usize::from(len), 0);
         let ready = reader.buffer().len() >= query.len();
-        if idle_or(ready, reader.read_exact(&mut query)).await?.is_none() {
+        if idle_or(idle, ready, reader.read_exact(&mut query)).await?.is_none() {
             return Ok(());
         }
+        admitted.touch();
         let answered = {
             let snap = shared.load();
             let now = unix_now();
@@ -114,11 +127,36 @@ async fn connection(
             outcome.map(|o| snap.counters.record(&o)).is_some()
         };
         if !answered {
-            writer.flush().await?;
+            timed(io, writer.flush()).await?;
             return Ok(());
         }
-        writer.write_all(&(out.len() as u16).to_be_bytes()).await?;
-        writer.write_all(&out).await?;
+        let len = (out.len() as u16).to_be_bytes();
+        if WRITE_BUFFER - writer.buffer().len() >= len.len() + out.len() {
+            // Fits in the buffer: no system call, so nothing that could wait.
+            writer.write_all(&len).await?;
+            writer.write_all(&out).await?;
+        } else {
+            timed(io, async {
+                writer.write_all(&len).await?;
+                writer.write_all(&out).await
+            })
+            .await?;
+        }
+    }
+}
+
+/// Runs a write under the I/O timeout: a client that does not read its answers fills the
+/// socket buffers, and would otherwise hold its connection (and a slot) forever.
+async fn timed(
+    limit: Duration,
+    write: impl std::future::Future<Output = std::io::Result<()>>,
+) -> std::io::Result<()> {
+    match tokio::time::timeout(limit, write).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read its answers in time",
+        )),
     }
 }
 
@@ -126,13 +164,14 @@ async fn connection(
 /// timeout, so a timer is armed only when the read may wait. `None`: the peer closed the
 /// connection or stayed silent too long.
 async fn idle_or<T>(
+    idle: Duration,
     ready: bool,
     read: impl std::future::Future<Output = std::io::Result<T>>,
 ) -> std::io::Result<Option<T>> {
     if ready {
         return read.await.map(Some);
     }
-    match tokio::time::timeout(IDLE, read).await {
+    match tokio::time::timeout(idle, read).await {
         Ok(Ok(v)) => Ok(Some(v)),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
         Ok(Err(e)) => Err(e),

@@ -46,6 +46,7 @@ const HELP: &[(&str, &str)] = &[
     ("steerdns_reloads", "Configuration reloads applied"),
     ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
     ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
+    ("steerdns_probe_skipped", "Health probe runs discarded unjudged, by reason"),
 ];
 
 fn help(name: &str) -> &'static str {
@@ -62,6 +63,8 @@ pub fn render(control: &Control, prober: &Prober) -> String {
     let failures = totals.reload_failures.load(Ordering::Relaxed);
     counters.insert(Series::new("steerdns_reload_failures", vec![]), failures);
     counters.extend(probe_counters(prober));
+    let skipped = Series::new("steerdns_probe_skipped", vec![("reason", "local_resources".into())]);
+    counters.insert(skipped, prober.skipped_local());
     let mut gauges = vec![
         Gauge {
             name: "steerdns_config_generation",
