@@ -18,11 +18,12 @@ use steerdns_fuzz::{ask_all_ways, location_keys, scratch_dir};
 fn config() -> &'static PathBuf {
     static CONFIG: OnceLock<PathBuf> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        assert!(
-            cfg!(debug_assertions),
-            "build with debug assertions (the cargo fuzz default; not --release without -a): \
-             without them the quick reader is not checked against serde-saphyr"
-        );
+        if !cfg!(debug_assertions) {
+            panic!(
+                "build with debug assertions (the cargo fuzz default; not -O without -a): \
+                 without them the quick reader is not checked against serde-saphyr"
+            );
+        }
         let dir = scratch_dir("yaml");
         std::fs::create_dir_all(dir.join("profiles")).unwrap();
         let yaml = format!(

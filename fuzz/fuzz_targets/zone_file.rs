@@ -35,10 +35,10 @@ fn questions(text: &str) -> Vec<(Name, Vec<RecordType>)> {
     for line in text.lines().take(64) {
         let mut words = line.split_whitespace();
         if line.starts_with('$') {
-            if words.next().is_some_and(|w| w.eq_ignore_ascii_case("$ORIGIN")) {
-                if let Some(o) = words.next().and_then(|o| Name::from_ascii(o).ok()) {
-                    origin = o;
-                }
+            if words.next().is_some_and(|w| w.eq_ignore_ascii_case("$ORIGIN"))
+                && let Some(o) = words.next().and_then(|o| Name::from_ascii(o).ok())
+            {
+                origin = o;
             }
             continue;
         }
