@@ -98,7 +98,8 @@ pub fn answer(
 ) -> Option<Message> {
     let mut rng = SmallRng::seed_from_u64(1);
     let mut out = Vec::new();
-    respond(snap, health, Packet { bytes: query, src, transport }, &mut rng, &mut out, None)?;
+    let packet = Packet { bytes: query, src, transport, now: 1_800_000_000 };
+    respond(snap, health, packet, &mut rng, &mut out, None)?;
     Some(check_reply(query, &out, transport))
 }
 
