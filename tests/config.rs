@@ -153,6 +153,12 @@ fn server_file_errors_are_located() {
             "invalid record",
         ),
         (
+            // A CAA tag must be alphanumeric: resolvers could not read this record.
+            "zones:\n  - origin: tm.example.test.\n    ns: [ns1.example.test.]\n    soa: { rname: h.example.test. }\n    records: ['caa CAA 0 i-x \"y\"']\n",
+            "steerdns.yaml:5:15",
+            "cannot be answered",
+        ),
+        (
             "zones:\n  - origin: tm.example.test.\n    ns: [ns1.example.test.]\n    soa: { rname: h.example.test. }\n    records: [\"sub NS ns.example.net.\"]\n",
             "steerdns.yaml:5:15",
             "delegation",

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use hickory_proto::rr::{Name, RecordSet, RecordType, RrKey};
-use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
+use hickory_proto::serialize::binary::{BinDecoder, BinEncodable, BinEncoder, Restrict};
 use hickory_proto::serialize::txt::{ParseResult, Parser};
 
 use super::check::int_or;
@@ -187,7 +187,12 @@ fn add_set(
         // Canonical form: names in RDATA uncompressed, since the bytes are reused verbatim.
         enc.set_canonical_form(true);
         match rec.data.emit(&mut enc) {
-            Ok(()) => rdata.push(buf.into_boxed_slice()),
+            Ok(()) => match decodes(&buf, set.record_type()) {
+                Ok(()) => rdata.push(buf.into_boxed_slice()),
+                // The text parser accepts some data its own wire decoder (and so resolvers)
+                // would refuse, e.g. a CAA tag that is not alphanumeric.
+                Err(e) => sink.at(at, format!("record at {owner} cannot be answered: {e}")),
+            },
             Err(e) => sink.at(at, format!("cannot encode record at {owner}: {e}")),
         }
     }
@@ -201,6 +206,17 @@ fn add_set(
         None => node.rrsets.push(RrSet { rtype, ttl, rdata }),
     }
     debug_assert_ne!(rtype, Rtype::SOA);
+}
+
+/// Whether `rdata` of type `rtype` reads back from the wire as a resolver would read it.
+fn decodes(rdata: &[u8], rtype: RecordType) -> Result<(), String> {
+    let len = u16::try_from(rdata.len()).map_err(|_| "RDATA longer than 65535 bytes".to_string())?;
+    let mut decoder = BinDecoder::new(rdata);
+    match hickory_proto::rr::RData::read(&mut decoder, rtype, Restrict::new(len)) {
+        Ok(_) if decoder.is_empty() => Ok(()),
+        Ok(_) => Err("its RDATA does not read back whole".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Adds an empty node for every name between a record's owner and the apex.
