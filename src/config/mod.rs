@@ -37,7 +37,7 @@ use reuse::Reuse;
 
 use crate::geo::World;
 use crate::model::health::{HealthTable, Status};
-use crate::model::snapshot::{Listen, Snapshot, TcpLimits};
+use crate::model::snapshot::{AdminLimits, Listen, Snapshot, TcpLimits};
 use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
 
@@ -149,6 +149,8 @@ fn server(
     let limits = limits(sink, raw);
     let mut listen = listen(sink, raw);
     listen.admin_token = admin_token(sink, raw, base);
+    listen.admin_limits = admin_limits(sink, raw);
+    check_admin_exposure(sink, raw, &listen);
     let zones: Vec<Zone> = raw
         .zones
         .value
@@ -308,6 +310,59 @@ fn admin_token(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<Stri
             sink.on(file, format!("cannot read the admin token file {}: {e}", path.display()));
             None
         }
+    }
+}
+
+// Exposure and limits of the admin listener (`admin:` besides `token_file`).
+
+/// `admin.max_connections` and `admin.header_read_timeout`, defaults where absent.
+fn admin_limits(sink: &mut Sink<'_>, raw: &RawServer) -> AdminLimits {
+    let mut out = AdminLimits::default();
+    let Some(a) = &raw.admin else { return out };
+    out.max_connections = check::int_or(
+        sink,
+        a.max_connections.as_ref(),
+        1,
+        MAX_ADMIN_CONNECTIONS,
+        "admin.max_connections",
+        out.max_connections,
+    );
+    if let Some(t) = &a.header_read_timeout
+        && let Some(d) = check::duration(sink, t, "admin.header_read_timeout")
+    {
+        if d.is_zero() {
+            sink.on(t, "admin.header_read_timeout must be above 0");
+        } else {
+            out.header_read_timeout = d;
+        }
+    }
+    out
+}
+
+/// Each admin connection holds a descriptor and buffers; this many is far beyond what
+/// operators and scrapers need.
+const MAX_ADMIN_CONNECTIONS: i64 = 65_536;
+
+/// An admin API reachable beyond this host must have a token, unless the operator says
+/// otherwise: it can reload the configuration.
+fn check_admin_exposure(sink: &mut Sink<'_>, raw: &RawServer, listen: &Listen) {
+    let (Some(addr), Some(loc)) =
+        (listen.admin, raw.listen.as_ref().and_then(|l| l.admin.as_ref()))
+    else {
+        return;
+    };
+    let admin = raw.admin.as_ref();
+    let has_token = admin.is_some_and(|a| a.token_file.is_some());
+    let allowed = admin.and_then(|a| a.allow_unauthenticated.as_ref()).is_some_and(|a| a.value);
+    if !addr.ip().is_loopback() && !has_token && !allowed {
+        sink.on(
+            loc,
+            format!(
+                "the admin API on {addr} is reachable from other hosts without a token: set \
+                 admin.token_file, listen on a loopback address, or set \
+                 admin.allow_unauthenticated: true"
+            ),
+        );
     }
 }
 

@@ -48,6 +48,10 @@ pub struct RawListen {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub token_file: Option<Loc<String>>,
+    // Exposure and limits of the admin listener.
+    pub allow_unauthenticated: Option<Loc<bool>>,
+    pub max_connections: Option<Loc<Int>>,
+    pub header_read_timeout: Option<Loc<String>>,
 }
 
 /// `cookies:`: the DNS cookie secrets, shared by replicas.

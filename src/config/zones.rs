@@ -210,7 +210,8 @@ fn add_set(
 
 /// Whether `rdata` of type `rtype` reads back from the wire as a resolver would read it.
 fn decodes(rdata: &[u8], rtype: RecordType) -> Result<(), String> {
-    let len = u16::try_from(rdata.len()).map_err(|_| "RDATA longer than 65535 bytes".to_string())?;
+    let len =
+        u16::try_from(rdata.len()).map_err(|_| "RDATA longer than 65535 bytes".to_string())?;
     let mut decoder = BinDecoder::new(rdata);
     match hickory_proto::rr::RData::read(&mut decoder, rtype, Restrict::new(len)) {
         Ok(_) if decoder.is_empty() => Ok(()),

@@ -12,5 +12,5 @@ pub mod zone;
 pub use counters::{Outcome, QueryCounters, Tally};
 pub use health::{HealthTable, HealthView, Status};
 pub use profile::*;
-pub use snapshot::{Listen, Snapshot, TcpLimits};
+pub use snapshot::{AdminLimits, Listen, Snapshot, TcpLimits};
 pub use zone::Zone;

@@ -26,6 +26,8 @@ pub struct Listen {
     /// UDP sockets (and threads) per `dns` address; `None`: one per core.
     pub udp_threads: Option<usize>,
     pub tcp: TcpLimits,
+    /// Limits of the admin listener (from `admin:`).
+    pub admin_limits: AdminLimits,
 }
 
 /// What one DNS client may hold of the TCP front end (`listen.tcp_*`).
@@ -49,6 +51,22 @@ impl Default for TcpLimits {
             idle_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(1),
         }
+    }
+}
+
+/// What one admin API listener may hold (`admin.max_connections`, `admin.header_read_timeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// Connections open at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request head, and may stay idle between
+    /// requests, before it is closed.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for AdminLimits {
+    fn default() -> AdminLimits {
+        AdminLimits { max_connections: 256, header_read_timeout: Duration::from_secs(10) }
     }
 }
 

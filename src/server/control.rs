@@ -116,6 +116,12 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     if running.udp_threads != configured.udp_threads {
         keys.push("listen.udp_threads");
     }
+    if running.admin_limits.max_connections != configured.admin_limits.max_connections {
+        keys.push("admin.max_connections");
+    }
+    if running.admin_limits.header_read_timeout != configured.admin_limits.header_read_timeout {
+        keys.push("admin.header_read_timeout");
+    }
     keys
 }
 

@@ -111,8 +111,13 @@ impl Server {
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
             let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
             tracing::info!(%actual, "admin API listening");
+            if !addr.ip().is_loopback() && listen.admin_token.is_none() {
+                // Only with `admin.allow_unauthenticated: true`: the load refuses it otherwise.
+                tracing::warn!(%actual, "admin API reachable from other hosts without a token (admin.allow_unauthenticated)");
+            }
             self.admin_addr = Some(actual);
-            self.tasks.spawn(admin::serve(l, self.control.clone(), self.cancel.clone()));
+            let (control, cancel) = (self.control.clone(), self.cancel.clone());
+            self.tasks.spawn(admin::serve(l, control, cancel, listen.admin_limits));
         }
         Ok(())
     }

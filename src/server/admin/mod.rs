@@ -1,12 +1,18 @@
 //! The admin HTTP API (axum): health, Prometheus metrics, profile status, explain and
 //! reload. Everything but `/healthz` requires the bearer token when one is configured.
 //! Handlers read the running snapshot and the prober through `Control`.
+//!
+//! Connections are served by hyper directly rather than `axum::serve`, which has no
+//! header-read timeout and no cap on connections: both are needed so that idle or slow
+//! clients cannot hold the process's descriptors (`admin.max_connections`,
+//! `admin.header_read_timeout`).
 
 pub mod metrics;
 pub mod probes;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
@@ -14,19 +20,33 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
 
 use super::control::Control;
 use crate::model::health::Status;
-use crate::model::snapshot::Snapshot;
+use crate::model::snapshot::{AdminLimits, Snapshot};
 use crate::model::{Nested, Profile, Target};
 use crate::responder::explain;
 use crate::routing::{Ctx, status};
 use crate::wire::name::WireName;
 
 type Shared = Arc<Control>;
+
+/// The largest request body accepted: no call takes a body, so anything bigger is 413.
+pub const MAX_BODY: usize = 4096;
+
+/// The largest request head a connection may buffer (hyper's minimum is 8 KiB).
+const MAX_HEAD: usize = 16 * 1024;
+
+/// How long shutdown waits for requests in progress.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// The API's routes, ready to serve.
 pub fn router(control: Shared) -> Router {
@@ -41,15 +61,67 @@ pub fn router(control: Shared) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .merge(api)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
+        .layer(RequestBodyLimitLayer::new(MAX_BODY))
         .with_state(control)
 }
 
-/// Serves the API on `listener` until `cancel` fires.
-pub async fn serve(listener: tokio::net::TcpListener, control: Shared, cancel: CancellationToken) {
+/// Serves the API on `listener` until `cancel` fires: at most `limits.max_connections`
+/// connections at once (more are closed on accept), each closed when a request head takes
+/// longer than `limits.header_read_timeout` or it idles that long between requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    control: Shared,
+    cancel: CancellationToken,
+    limits: AdminLimits,
+) {
     let app = router(control);
-    let shutdown = async move { cancel.cancelled().await };
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-        tracing::error!(error = %e, "admin API stopped");
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    // hyper starts the header timer whenever it waits for a request head, so it is also
+    // the keep-alive idle timeout.
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_HEAD);
+    let graceful = GracefulShutdown::new();
+    let mut full_logged = false;
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, mostly: wait for some to be released instead of
+                    // spinning on the error.
+                    tracing::warn!(error = %e, "admin API cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if !full_logged {
+                tracing::warn!(
+                    max = limits.max_connections,
+                    "admin API connection limit reached: closing new connections"
+                );
+                full_logged = true;
+            }
+            drop(stream);
+            continue;
+        };
+        full_logged = false;
+        let conn =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // Errors are the client's (timeouts, resets, bad requests): nothing to report.
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("admin API requests still running at shutdown were cut off");
     }
 }
 
