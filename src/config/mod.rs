@@ -14,6 +14,7 @@ mod geographic;
 mod monitor;
 mod par;
 mod profiles;
+mod rate_limit;
 pub mod raw;
 mod reuse;
 mod rules;
@@ -109,6 +110,8 @@ fn load_with(
         server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let cookies =
         cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
+    let rate_limit =
+        rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
     let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &limits, &mut errors);
@@ -132,6 +135,7 @@ fn load_with(
     let mut snapshot = Snapshot::new(listen, zones, profiles, health, Arc::new(world));
     snapshot.generation = previous.map_or(1, |p| p.generation + 1);
     snapshot.cookies = cookies;
+    snapshot.rate_limit = rate_limit;
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
         let _ = d.join();

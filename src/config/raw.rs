@@ -22,6 +22,7 @@ pub struct RawServer {
     pub listen: Option<RawListen>,
     pub admin: Option<RawAdmin>,
     pub cookies: Option<RawCookies>,
+    pub rate_limit: Option<Loc<RawRateLimit>>,
     pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
     pub latency: Option<RawLatency>,
@@ -52,6 +53,18 @@ pub struct RawAdmin {
     pub allow_unauthenticated: Option<Loc<bool>>,
     pub max_connections: Option<Loc<Int>>,
     pub header_read_timeout: Option<Loc<String>>,
+}
+
+/// `rate_limit:`: response rate limiting of UDP answers.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    pub rate: Option<Loc<Int>>,
+    pub slip: Option<Loc<Int>>,
+    pub ipv4_prefix: Option<Loc<Int>>,
+    pub ipv6_prefix: Option<Loc<Int>>,
+    #[serde(default)]
+    pub exempt: Vec<Loc<String>>,
 }
 
 /// `cookies:`: the DNS cookie secrets, shared by replicas.

@@ -22,6 +22,8 @@ pub struct Outcome {
     pub rcode: Rcode,
     /// The query carried an EDNS Client Subnet option.
     pub ecs: bool,
+    /// The query carried a server cookie we made: its source address is proven.
+    pub proven_source: bool,
     /// Health slots of the endpoints in the answer.
     pub endpoints: ArrayVec<usize, MAX_ANSWERS>,
 }
@@ -228,6 +230,7 @@ mod tests {
             qtype: Rtype::A,
             rcode,
             ecs,
+            proven_source: false,
             endpoints: endpoints.iter().copied().collect(),
         }
     }

@@ -13,6 +13,7 @@ use super::profile::Profile;
 use super::zone::Zone;
 use crate::FastMap;
 use crate::geo::World;
+use crate::netrange::RangeMap;
 use crate::wire::cookie::Secrets;
 use crate::wire::name::{WireName, suffix_offset};
 
@@ -64,6 +65,19 @@ pub struct AdminLimits {
     pub header_read_timeout: Duration,
 }
 
+/// Response rate limiting of UDP answers (`rate_limit:`).
+#[derive(Clone, Debug, Default)]
+pub struct RateLimit {
+    /// Answers per second to one client network.
+    pub rate: u32,
+    /// Every `slip`-th answer over the rate goes out truncated; 0: all are dropped.
+    pub slip: u32,
+    pub ipv4_prefix: u8,
+    pub ipv6_prefix: u8,
+    /// Networks never limited.
+    pub exempt: RangeMap<()>,
+}
+
 impl Default for AdminLimits {
     fn default() -> AdminLimits {
         AdminLimits { max_connections: 256, header_read_timeout: Duration::from_secs(10) }
@@ -84,6 +98,8 @@ pub struct Snapshot {
     pub counters: QueryCounters,
     /// The keys of DNS cookies.
     pub cookies: Secrets,
+    /// Response rate limiting; `None`: off.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Snapshot {
@@ -97,6 +113,7 @@ impl Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
         let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
         let cookies = Secrets::of_this_process();
+        let rate_limit = None;
         Snapshot {
             generation: 0,
             listen,
@@ -107,6 +124,7 @@ impl Snapshot {
             world,
             counters,
             cookies,
+            rate_limit,
         }
     }
 

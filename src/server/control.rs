@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 
+use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::{self, ConfigErrors, Loaded, Previous, ReloadCache};
 use crate::model::{Listen, Snapshot};
@@ -21,6 +22,8 @@ pub struct Control {
     pub shared: Arc<ArcSwap<Snapshot>>,
     /// Probes the running snapshot's endpoints; a reload hands it the next snapshot first.
     pub prober: Arc<Prober>,
+    /// The counts of response rate limiting, kept across reloads.
+    pub limiter: Arc<Limiter>,
     pub totals: Totals,
     /// Serialises reloads; never taken by queries.
     reloading: Mutex<Reloading>,
@@ -42,6 +45,7 @@ impl Control {
             running_listen: first.snapshot.listen.clone(),
             shared: Arc::new(ArcSwap::from_pointee(first.snapshot)),
             prober,
+            limiter: Arc::default(),
             totals: Totals::default(),
             reloading: Mutex::new(Reloading { cache: first.cache, retiring: None }),
         }

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod conns;
 pub mod control;
 pub mod fdlimit;
+pub mod rrl;
 pub mod tcp;
 pub mod totals;
 pub mod udp;
@@ -147,9 +148,10 @@ impl Server {
         let actual = udp::local_addr(&udp[0]).map_err(|e| bind_err(addr, e))?;
         for (i, sock) in udp.into_iter().enumerate() {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
+            let limiter = self.control.limiter.clone();
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
-                .spawn(move || udp::serve(sock, shared, cancel))
+                .spawn(move || udp::serve(sock, shared, limiter, cancel))
                 .map_err(|e| bind_err(addr, e))?;
             self.udp_threads.push(t);
         }

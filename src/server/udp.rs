@@ -22,6 +22,9 @@ use crate::model::Tally;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
 use crate::wire::cookie::unix_now;
+use crate::wire::response::cut_to_question;
+
+use super::rrl::{Limiter, Verdict};
 
 /// Packets taken per system call.
 const BATCH: usize = 32;
@@ -68,7 +71,12 @@ fn never_fragment(s: &Socket, addr: SocketAddr) -> io::Result<()> {
 }
 
 /// Serves one socket until `cancel` fires. Blocking: run it on its own thread.
-pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: CancellationToken) {
+pub fn serve(
+    sock: UdpSocket,
+    shared: Arc<ArcSwap<Snapshot>>,
+    limiter: Arc<Limiter>,
+    cancel: CancellationToken,
+) {
     let mut worker = Worker::new();
     let mut rng = SmallRng::from_os_rng();
     let mut tally = Tally::default();
@@ -103,6 +111,16 @@ pub fn serve(sock: UdpSocket, shared: Arc<ArcSwap<Snapshot>>, cancel: Cancellati
             let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp, now };
             if let Some(outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
                 tally.add(&snap.counters, &outcome);
+                if let Some(limit) = &snap.rate_limit
+                    && !outcome.proven_source
+                    && limit.exempt.lookup(src.ip()).value.is_none()
+                {
+                    match limiter.check(limit, src.ip(), now) {
+                        Verdict::Answer => {}
+                        Verdict::Slip => cut_to_question(out),
+                        Verdict::Drop => continue,
+                    }
+                }
                 worker.reply_to[replies] = i;
                 replies += 1;
             }

@@ -123,22 +123,23 @@ impl Secrets {
         }
     }
 
-    /// The COOKIE option of the reply to `cookie` from `src` at `now`: a valid server cookie
-    /// less than half an hour old is sent back as it came; any other gets a new one.
-    pub fn reply(&self, cookie: &Cookie, src: IpAddr, now: u32) -> ReplyCookie {
+    /// The COOKIE option of the reply to `cookie` from `src` at `now`, and how the query's
+    /// server cookie checked out: a valid server cookie less than half an hour old is sent
+    /// back as it came; any other gets a new one.
+    pub fn reply(&self, cookie: &Cookie, src: IpAddr, now: u32) -> (ReplyCookie, Verdict) {
         let mut out = [0u8; 8 + SERVER_COOKIE_LEN];
         out[..8].copy_from_slice(&cookie.client);
         let server = cookie.server();
-        let fresh = server.len() == SERVER_COOKIE_LEN
+        let verdict = self.check(cookie, src, now);
+        let fresh = verdict == Verdict::Valid
             && now.wrapping_sub(u32::from_be_bytes([server[4], server[5], server[6], server[7]]))
-                < REFRESH_AFTER
-            && self.check(cookie, src, now) == Verdict::Valid;
+                < REFRESH_AFTER;
         if fresh {
             out[8..].copy_from_slice(server);
         } else {
             out[8..].copy_from_slice(&make(&self.current, &cookie.client, now, src));
         }
-        out
+        (out, verdict)
     }
 }
 
@@ -226,10 +227,12 @@ mod tests {
         let secrets = Secrets { current: [3; 16], previous: None };
         let src: IpAddr = "2001:db8::1".parse().unwrap();
         let now = 1_800_000_000u32;
-        let first = secrets.reply(&Cookie::parse(&[9; 8]).unwrap(), src, now);
-        let again = secrets.reply(&Cookie::parse(&first).unwrap(), src, now + 60);
-        assert_eq!(again, first, "valid and fresh: sent back as it came");
-        let later = secrets.reply(&Cookie::parse(&first).unwrap(), src, now + REFRESH_AFTER + 1);
+        let (first, verdict) = secrets.reply(&Cookie::parse(&[9; 8]).unwrap(), src, now);
+        assert_eq!(verdict, Verdict::ClientOnly);
+        let (again, verdict) = secrets.reply(&Cookie::parse(&first).unwrap(), src, now + 60);
+        assert_eq!((again, verdict), (first, Verdict::Valid), "valid and fresh: sent back");
+        let (later, _) =
+            secrets.reply(&Cookie::parse(&first).unwrap(), src, now + REFRESH_AFTER + 1);
         assert_ne!(later[8..], first[8..], "older than half an hour: renewed");
         assert_eq!(secrets.check(&Cookie::parse(&later).unwrap(), src, now + 3600), Verdict::Valid);
     }

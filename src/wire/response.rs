@@ -160,3 +160,50 @@ impl<'b> Writer<'b> {
         self.buf[2] |= 0x02;
     }
 }
+
+/// Cuts a written reply down to its header and question, with TC set and no records: the
+/// least answer that still tells a client to ask again over TCP. A reply without a whole
+/// question is cut to its header.
+pub fn cut_to_question(reply: &mut Vec<u8>) {
+    if reply.len() < 12 {
+        return;
+    }
+    let mut end = 12;
+    if u16::from_be_bytes([reply[4], reply[5]]) == 1 {
+        // The question is copied from the query, so its name has no compression pointer.
+        while let Some(&len) = reply.get(end) {
+            end += 1 + usize::from(len);
+            if len == 0 || len > 63 {
+                break;
+            }
+        }
+        end += 4;
+    }
+    if end > reply.len() {
+        end = 12;
+        reply[4..6].copy_from_slice(&[0, 0]);
+    }
+    reply.truncate(end);
+    reply[2] |= 0x02;
+    reply[6..12].fill(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_header_and_question_only() {
+        let mut buf = Vec::new();
+        let h = Header { id: 7, opcode: 0, aa: true, rd: true, cd: false, rcode: Rcode::NOERROR };
+        let question = b"\x03www\x07example\x00\x00\x01\x00\x01";
+        let mut w = Writer::new(&mut buf, h, Some(question));
+        w.record(Section::Answer, Owner::At(12), Rtype::A, 30, &[192, 0, 2, 1]);
+        w.opt(&Opt::default());
+        cut_to_question(&mut buf);
+        assert_eq!(buf.len(), 12 + question.len());
+        assert_eq!(&buf[12..], question);
+        assert_eq!(buf[2] & 0x02, 0x02, "TC");
+        assert_eq!(buf[4..12], [0, 1, 0, 0, 0, 0, 0, 0]);
+    }
+}

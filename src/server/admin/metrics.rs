@@ -47,6 +47,10 @@ const HELP: &[(&str, &str)] = &[
     ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
     ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
     ("steerdns_probe_skipped", "Health probe runs discarded unjudged, by reason"),
+    (
+        "steerdns_rate_limited",
+        "UDP answers held back by response rate limiting: dropped, or sent truncated (slipped)",
+    ),
 ];
 
 fn help(name: &str) -> &'static str {
@@ -65,6 +69,12 @@ pub fn render(control: &Control, prober: &Prober) -> String {
     counters.extend(probe_counters(prober));
     let skipped = Series::new("steerdns_probe_skipped", vec![("reason", "local_resources".into())]);
     counters.insert(skipped, prober.skipped_local());
+    for (action, n) in
+        [("dropped", &control.limiter.dropped), ("slipped", &control.limiter.slipped)]
+    {
+        let series = Series::new("steerdns_rate_limited", vec![("action", action.into())]);
+        counters.insert(series, n.load(Ordering::Relaxed));
+    }
     let mut gauges = vec![
         Gauge {
             name: "steerdns_config_generation",

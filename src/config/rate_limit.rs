@@ -1,0 +1,32 @@
+//! `rate_limit:`: response rate limiting of UDP answers. Off unless configured: the
+//! clients of an authoritative server are mostly a few large resolvers, which per-network
+//! limits hurt first, so an operator turns it on knowing their traffic (or under attack).
+
+use super::check::int_or;
+use super::raw::{Loc, RawRateLimit};
+use crate::diag::Sink;
+use crate::model::snapshot::RateLimit;
+use crate::netrange::{Range, RangeMap};
+
+pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRateLimit>>) -> Option<RateLimit> {
+    let raw = &raw?.value;
+    let rate = int_or(sink, raw.rate.as_ref(), 1, 1_000_000, "rate_limit.rate", 100u32);
+    let slip = int_or(sink, raw.slip.as_ref(), 0, 100, "rate_limit.slip", 2u32);
+    let ipv4_prefix = int_or(sink, raw.ipv4_prefix.as_ref(), 8, 32, "rate_limit.ipv4_prefix", 24u8);
+    let ipv6_prefix =
+        int_or(sink, raw.ipv6_prefix.as_ref(), 16, 128, "rate_limit.ipv6_prefix", 56u8);
+    let mut ranges = Vec::new();
+    for net in &raw.exempt {
+        match Range::parse(&net.value) {
+            Ok(r) => ranges.push((r, ())),
+            Err(e) => sink.on(net, format!("rate_limit.exempt: {e}")),
+        }
+    }
+    let exempt = RangeMap::new(ranges).unwrap_or_else(|overlaps| {
+        let (a, b) = overlaps[0];
+        let at = raw.exempt.first().expect("an overlap needs two networks");
+        sink.on(at, format!("rate_limit.exempt: {a} overlaps {b}"));
+        RangeMap::default()
+    });
+    Some(RateLimit { rate, slip, ipv4_prefix, ipv6_prefix, exempt })
+}
