@@ -177,6 +177,7 @@ impl Families {
     }
 
     /// Whether something of these families can answer a query of `want`.
+    #[inline]
     pub fn answers(self, want: Want) -> bool {
         match want {
             Want::A => self.v4 || self.host,
@@ -190,6 +191,7 @@ impl Families {
 
     /// Both host-name and address endpoints: whether the name answers with a CNAME is
     /// decided per client, once for every query type (`routing::route_name`).
+    #[inline]
     pub fn is_mixed(self) -> bool {
         self.host && (self.v4 || self.v6)
     }
@@ -255,6 +257,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    #[inline]
     pub fn families(&self, profiles: &[Profile]) -> Families {
         match &self.target {
             Target::Nested(n) => profiles[n.child].families,
@@ -262,6 +265,7 @@ impl Endpoint {
         }
     }
 
+    #[inline]
     pub fn can_answer(&self, want: Want, profiles: &[Profile]) -> bool {
         self.families(profiles).answers(want)
     }

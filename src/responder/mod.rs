@@ -76,7 +76,7 @@ pub fn respond<R: Rng + ?Sized>(
             ctx.trace = trace;
             // The cookie of the reply: every reply to a query with a COOKIE option has one,
             // a truncated one too.
-            let cookie = req.edns.and_then(|e| e.cookie);
+            let cookie = req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes));
             let cookie = cookie.map(|c| snap.cookies.reply(&c, packet.src, packet.now));
             outcome.proven_source = cookie.is_some_and(|(_, v)| v == Verdict::Valid);
             let reply = Reply { req: &req, cookie: cookie.as_ref().map(|(c, _)| c) };
@@ -105,6 +105,7 @@ impl Reply<'_> {
     }
 
     /// Adds the OPT (only when the query had one), with ECS echoed at `scope`.
+    #[inline]
     fn finish(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8) {
         let Some(edns) = self.req.edns else { return };
         w.opt(&Opt {
@@ -219,6 +220,7 @@ const MAX_CHAIN: usize = 8;
 impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
     /// Routes profile `pid` for the chain's client and writes its answer records at `owner`
     /// (with the ECS scope the decision depended on).
+    #[inline]
     fn profile_records(
         &mut self,
         w: &mut Writer<'_>,
@@ -288,6 +290,7 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
 }
 
 /// The records of `qtype` (or the CNAME) of a static name at `owner`.
+#[inline]
 fn static_records<'a>(
     w: &mut Writer<'_>,
     owner: Owner<'_>,
@@ -315,6 +318,7 @@ fn client_of(req: &Request<'_>, src: IpAddr) -> Client {
     }
 }
 
+#[inline]
 fn endpoint_record(w: &mut Writer<'_>, owner: Owner<'_>, target: &Target, ttl: u32) {
     match target {
         Target::V4(a) => w.record(Section::Answer, owner, Rtype::A, ttl, &a.octets()),
@@ -325,6 +329,7 @@ fn endpoint_record(w: &mut Writer<'_>, owner: Owner<'_>, target: &Target, ttl: u
 }
 
 /// The zone's SOA in the authority section, with the negative-caching TTL (RFC 2308).
+#[inline]
 fn negative_soa(w: &mut Writer<'_>, apex: Owner<'_>, zone: &Zone) {
     w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
 }
@@ -373,7 +378,10 @@ fn static_answer<'a, R: Rng + ?Sized>(
         match static_records(&mut w, owner, node, qtype) {
             Link::To(target, _) => chain.follow(&mut w, target, qtype),
             Link::End(_) => {
-                if let (Rtype::NS, true, Some(set)) = (qtype, is_apex, node.rrset(Rtype::NS)) {
+                if qtype == Rtype::NS
+                    && is_apex
+                    && let Some(set) = node.rrset(Rtype::NS)
+                {
                     glue(&mut w, zone, &set.rdata);
                 }
                 0

@@ -29,7 +29,24 @@ pub struct Edns {
     pub version: u8,
     pub dnssec_ok: bool,
     pub ecs: Option<Ecs>,
-    pub cookie: Option<Cookie>,
+    /// Where the COOKIE option's data is in the query (already checked to be well formed):
+    /// kept as a position so that `Edns`, copied around on every query, stays small.
+    pub cookie: Option<CookieAt>,
+}
+
+/// The position of a COOKIE option's data in the query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CookieAt {
+    pub start: u16,
+    pub len: u8,
+}
+
+impl CookieAt {
+    /// The COOKIE option of `query`, the packet this position was read from.
+    pub fn read(self, query: &[u8]) -> Option<Cookie> {
+        let start = usize::from(self.start);
+        query.get(start..start + usize::from(self.len)).and_then(Cookie::parse)
+    }
 }
 
 /// A well-formed query.
@@ -160,7 +177,8 @@ fn read_sections(
         let fixed = p.get(pos..pos + 10).ok_or((Bad, opt_seen))?;
         let rtype = Rtype(u16::from_be_bytes([fixed[0], fixed[1]]));
         let rdlen = u16::from_be_bytes([fixed[8], fixed[9]]) as usize;
-        let rdata = p.get(pos + 10..pos + 10 + rdlen).ok_or((Bad, opt_seen))?;
+        let rdata_at = pos + 10;
+        let rdata = p.get(rdata_at..rdata_at + rdlen).ok_or((Bad, opt_seen))?;
         pos += 10 + rdlen;
         if rtype != Rtype::OPT {
             continue;
@@ -170,12 +188,13 @@ fn read_sections(
             return Err((Bad, true));
         }
         opt_seen = true;
-        edns = Some(read_opt(fixed, rdata).map_err(|b| (b, true))?);
+        edns = Some(read_opt(fixed, rdata, rdata_at).map_err(|b| (b, true))?);
     }
     Ok(edns)
 }
 
-fn read_opt(fixed: &[u8], rdata: &[u8]) -> Result<Edns, Bad> {
+/// Reads the OPT record whose RDATA starts at `rdata_at` in the query.
+fn read_opt(fixed: &[u8], rdata: &[u8], rdata_at: usize) -> Result<Edns, Bad> {
     let payload = u16::from_be_bytes([fixed[2], fixed[3]]);
     let version = fixed[5];
     let dnssec_ok = fixed[6] & 0x80 != 0;
@@ -198,7 +217,9 @@ fn read_opt(fixed: &[u8], rdata: &[u8]) -> Result<Edns, Bad> {
             if cookie.is_some() {
                 return Err(Bad);
             }
-            cookie = Some(Cookie::parse(data).ok_or(Bad)?);
+            Cookie::parse(data).ok_or(Bad)?;
+            let start = u16::try_from(rdata_at + pos - len).map_err(|_| Bad)?;
+            cookie = Some(CookieAt { start, len: len as u8 });
         }
     }
     Ok(Edns { payload, version, dnssec_ok, ecs, cookie })

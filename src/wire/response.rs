@@ -138,6 +138,7 @@ impl<'b> Writer<'b> {
     }
 
     /// One EDNS option: code, length, the data in parts.
+    #[inline]
     fn option(&mut self, code: u16, parts: &[&[u8]]) {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.buf.extend_from_slice(&code.to_be_bytes());
