@@ -159,6 +159,12 @@ fn server_file_errors_are_located() {
             "cannot be answered",
         ),
         (
+            // A TXT record needs at least one string.
+            "zones:\n  - origin: tm.example.test.\n    ns: [ns1.example.test.]\n    soa: { rname: h.example.test. }\n    records: ['info TXT']\n",
+            "steerdns.yaml:5:15",
+            "has no data",
+        ),
+        (
             "zones:\n  - origin: tm.example.test.\n    ns: [ns1.example.test.]\n    soa: { rname: h.example.test. }\n    records: [\"sub NS ns.example.net.\"]\n",
             "steerdns.yaml:5:15",
             "delegation",

@@ -210,6 +210,11 @@ fn add_set(
 
 /// Whether `rdata` of type `rtype` reads back from the wire as a resolver would read it.
 fn decodes(rdata: &[u8], rtype: RecordType) -> Result<(), String> {
+    // Empty RDATA (a TXT without strings) means "delete" in dynamic updates, and readers
+    // refuse it in answers.
+    if rdata.is_empty() {
+        return Err("it has no data".to_string());
+    }
     let len =
         u16::try_from(rdata.len()).map_err(|_| "RDATA longer than 65535 bytes".to_string())?;
     let mut decoder = BinDecoder::new(rdata);
