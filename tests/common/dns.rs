@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
+use steerdns::wire::{Rcode, Rtype};
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::{Instant, timeout, timeout_at};
@@ -14,24 +16,26 @@ use super::fixtures::fq;
 use super::reply::Reply;
 use super::server::Harness;
 
-pub const T_A: u16 = 1;
-pub const T_NS: u16 = 2;
-pub const T_CNAME: u16 = 5;
-pub const T_SOA: u16 = 6;
-pub const T_HINFO: u16 = 13;
-pub const T_MX: u16 = 15;
-pub const T_TXT: u16 = 16;
-pub const T_AAAA: u16 = 28;
-pub const T_SRV: u16 = 33;
-pub const T_OPT: u16 = 41;
-pub const T_ANY: u16 = 255;
+// Record types and response codes as numbers, for queries built byte by byte; the values
+// come from the crate's one typed home for them.
+pub const T_A: u16 = Rtype::A.0;
+pub const T_NS: u16 = Rtype::NS.0;
+pub const T_CNAME: u16 = Rtype::CNAME.0;
+pub const T_SOA: u16 = Rtype::SOA.0;
+pub const T_HINFO: u16 = Rtype::HINFO.0;
+pub const T_MX: u16 = Rtype::MX.0;
+pub const T_TXT: u16 = Rtype::TXT.0;
+pub const T_AAAA: u16 = Rtype::AAAA.0;
+pub const T_SRV: u16 = Rtype::SRV.0;
+pub const T_OPT: u16 = Rtype::OPT.0;
+pub const T_ANY: u16 = Rtype::ANY.0;
 
-pub const NOERROR: u16 = 0;
-pub const FORMERR: u16 = 1;
-pub const NXDOMAIN: u16 = 3;
-pub const NOTIMP: u16 = 4;
-pub const REFUSED: u16 = 5;
-pub const BADVERS: u16 = 16;
+pub const NOERROR: u16 = Rcode::NOERROR.0;
+pub const FORMERR: u16 = Rcode::FORMERR.0;
+pub const NXDOMAIN: u16 = Rcode::NXDOMAIN.0;
+pub const NOTIMP: u16 = Rcode::NOTIMP.0;
+pub const REFUSED: u16 = Rcode::REFUSED.0;
+pub const BADVERS: u16 = Rcode::BADVERS.0;
 
 /// How long to wait for one UDP reply before resending.
 pub const UDP_WAIT: Duration = Duration::from_secs(2);
