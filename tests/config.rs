@@ -137,6 +137,7 @@ fn every_error_is_collected_across_files_and_documents() {
 fn server_file_errors_are_located() {
     let cases: &[(&str, &str, &str)] = &[
         ("listen:\n  dns: [\"nowhere\"]\nzones: []\n", "steerdns.yaml:2:9", "must be IP:PORT"),
+        ("listen:\n  dns: []\nzones: []\n", "steerdns.yaml:2:8", "listen.dns needs at least one"),
         (
             "zones:\n  - origin: tm.example.test.\n    ns: []\n    soa: { rname: h.example.test. }\n",
             "steerdns.yaml:3:9",

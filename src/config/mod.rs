@@ -227,13 +227,29 @@ fn drop_aside<T: Send + 'static>(value: T) -> Option<std::thread::JoinHandle<()>
     std::thread::Builder::new().name("config-drop".into()).spawn(move || drop(value)).ok()
 }
 
+/// Where DNS is served when `listen.dns` is not given: every address, port 53.
+fn default_dns() -> Vec<SocketAddr> {
+    vec!["0.0.0.0:53".parse().unwrap(), "[::]:53".parse().unwrap()]
+}
+
 fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
     let mut out = Listen::default();
     let Some(l) = &raw.listen else {
-        out.dns = vec!["0.0.0.0:53".parse().unwrap(), "[::]:53".parse().unwrap()];
+        out.dns = default_dns();
         return out;
     };
-    for a in &l.dns {
+    let dns = match &l.dns {
+        None => {
+            out.dns = default_dns();
+            &[][..]
+        }
+        Some(list) if list.value.is_empty() => {
+            sink.on(list, "listen.dns needs at least one address (leave it out for port 53)");
+            &[][..]
+        }
+        Some(list) => &list.value[..],
+    };
+    for a in dns {
         match a.value.parse::<SocketAddr>() {
             Ok(addr) => out.dns.push(addr),
             Err(_) => {

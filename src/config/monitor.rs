@@ -80,6 +80,13 @@ fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) 
     }
 }
 
+/// A second less than the interval, at most 10 s; for intervals under 2 s, half of it (a
+/// second less than a 1 s interval would be no time at all).
+fn default_timeout(interval: Duration) -> Duration {
+    let second_less = interval.saturating_sub(Duration::from_secs(1));
+    Duration::from_secs(10).min(second_less.max(interval / 2))
+}
+
 fn timing(
     sink: &mut Sink<'_>,
     ep: Option<&RawMonitor>,
@@ -93,8 +100,7 @@ fn timing(
     {
         sink.on(v, "interval must be between 1s and 1h");
     }
-    let default_timeout =
-        Duration::from_secs(10).min(interval.saturating_sub(Duration::from_secs(1)));
+    let default_timeout = default_timeout(interval);
     let timeout_v = pick(ep, pr, |m| m.timeout.as_deref());
     let timeout = timeout_v.and_then(|v| duration(sink, v, "timeout")).unwrap_or(default_timeout);
     if let Some(v) = timeout_v
@@ -152,4 +158,18 @@ fn headers(
         sink.on(map, "at most 8 headers");
     }
     map.value.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_timeout_table() {
+        let ms = Duration::from_millis;
+        let cases = [(1000, 500), (1500, 750), (2000, 1000), (5000, 4000), (30_000, 10_000)];
+        for (interval, want) in cases {
+            assert_eq!(default_timeout(ms(interval)), ms(want), "interval {interval} ms");
+        }
+    }
 }

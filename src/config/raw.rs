@@ -35,8 +35,7 @@ pub struct RawServer {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawListen {
-    #[serde(default)]
-    pub dns: Vec<Loc<String>>,
+    pub dns: Option<Loc<Vec<Loc<String>>>>,
     pub admin: Option<Loc<String>>,
     pub udp_threads: Option<Loc<Int>>,
     pub tcp_max_connections: Option<Loc<Int>>,
