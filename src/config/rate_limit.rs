@@ -11,6 +11,8 @@ use crate::netrange::{Range, RangeMap};
 pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRateLimit>>) -> Option<RateLimit> {
     let raw = &raw?.value;
     let rate = int_or(sink, raw.rate.as_ref(), 1, 1_000_000, "rate_limit.rate", 100u32);
+    // Tokens are 24 bits in the limiter's table.
+    let burst = int_or(sink, raw.burst.as_ref(), 1, 16_000_000, "rate_limit.burst", rate).max(rate);
     let slip = int_or(sink, raw.slip.as_ref(), 0, 100, "rate_limit.slip", 2u32);
     let ipv4_prefix = int_or(sink, raw.ipv4_prefix.as_ref(), 8, 32, "rate_limit.ipv4_prefix", 24u8);
     let ipv6_prefix =
@@ -28,5 +30,5 @@ pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRateLimit>>) -> Option<Rat
         sink.on(at, format!("rate_limit.exempt: {a} overlaps {b}"));
         RangeMap::default()
     });
-    Some(RateLimit { rate, slip, ipv4_prefix, ipv6_prefix, exempt })
+    Some(RateLimit { rate, burst, slip, ipv4_prefix, ipv6_prefix, exempt })
 }

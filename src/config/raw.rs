@@ -59,6 +59,7 @@ pub struct RawAdmin {
 #[serde(deny_unknown_fields)]
 pub struct RawRateLimit {
     pub rate: Option<Loc<Int>>,
+    pub burst: Option<Loc<Int>>,
     pub slip: Option<Loc<Int>>,
     pub ipv4_prefix: Option<Loc<Int>>,
     pub ipv6_prefix: Option<Loc<Int>>,

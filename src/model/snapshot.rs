@@ -68,8 +68,10 @@ pub struct AdminLimits {
 /// Response rate limiting of UDP answers (`rate_limit:`).
 #[derive(Clone, Debug, Default)]
 pub struct RateLimit {
-    /// Answers per second to one client network.
+    /// Answers per second to one client network, once its burst is spent.
     pub rate: u32,
+    /// Answers a client network may get at once after a quiet time (at least `rate`).
+    pub burst: u32,
     /// Every `slip`-th answer over the rate goes out truncated; 0: all are dropped.
     pub slip: u32,
     pub ipv4_prefix: u8,

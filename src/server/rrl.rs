@@ -1,8 +1,8 @@
-//! Response rate limiting, as BIND, NSD and Knot do it: the UDP answers each client network
-//! (IPv4 /24, IPv6 /56 by default) gets are counted per second in a fixed table of atomics;
-//! past the rate, answers are dropped, and every `slip`-th of them goes out truncated (TC,
-//! no records) so that a real resolver behind a spoofed flood retries over TCP, which a
-//! spoofer cannot. Queries over TCP, from exempt networks or with a valid server cookie are
+//! Response rate limiting, as BIND, NSD and Knot do it: each client network (IPv4 /24, IPv6
+//! /56 by default) has a token bucket of UDP answers in a fixed table of atomics, refilled at
+//! `rate` a second up to `burst`; without a token, answers are dropped, and every `slip`-th
+//! of them goes out truncated (TC, no records) so that a real resolver behind a spoofed
+//! flood retries over TCP, which a spoofer cannot. Queries over TCP, from exempt networks or with a valid server cookie are
 //! never limited: their source address is proven.
 
 use std::net::IpAddr;
@@ -27,7 +27,8 @@ pub enum Verdict {
 /// The counts of every client network, shared by the UDP threads. Kept across reloads.
 #[derive(Debug)]
 pub struct Limiter {
-    /// Per bucket: the second it counts (high 32 bits) and the answers in it (low 32).
+    /// Per bucket: the second of its last answer (high 32 bits), its tokens (24 bits) and the
+    /// answers held back since the last slip (low 8 bits).
     buckets: Box<[AtomicU64]>,
     pub dropped: AtomicU64,
     pub slipped: AtomicU64,
@@ -47,19 +48,30 @@ impl Limiter {
     /// Counts one UDP answer to `client` at `now` (Unix seconds) and says what to do with it.
     pub fn check(&self, limit: &RateLimit, client: IpAddr, now: u32) -> Verdict {
         let bucket = &self.buckets[bucket_of(limit, client)];
-        // One load and one store: threads racing on a bucket may lose a count, which only
+        // One load and one store: threads racing on a bucket may lose an update, which only
         // makes limiting a little more lenient.
         let seen = bucket.load(Ordering::Relaxed);
-        let count = if (seen >> 32) as u32 == now { (seen as u32).saturating_add(1) } else { 1 };
-        bucket.store(u64::from(now) << 32 | u64::from(count), Ordering::Relaxed);
-        if count <= limit.rate {
+        let (last, tokens, held) =
+            ((seen >> 32) as u32, (seen >> 8) as u32 & 0xff_ffff, seen as u8);
+        // A bucket never used (all zero) starts full.
+        let elapsed = if seen == 0 { u32::MAX } else { now.wrapping_sub(last) };
+        let refill = u64::from(elapsed.min(u32::MAX / 2)) * u64::from(limit.rate);
+        let tokens = (u64::from(tokens) + refill).min(u64::from(limit.burst)) as u32;
+        let store = |tokens: u32, held: u8| {
+            let packed = u64::from(now) << 32 | u64::from(tokens) << 8 | u64::from(held);
+            bucket.store(packed, Ordering::Relaxed);
+        };
+        if tokens > 0 {
+            store(tokens - 1, held);
             return Verdict::Answer;
         }
-        let over = count - limit.rate;
-        if limit.slip > 0 && over.is_multiple_of(limit.slip) {
+        let held = held.wrapping_add(1);
+        if limit.slip > 0 && u32::from(held) >= limit.slip {
+            store(0, 0);
             self.slipped.fetch_add(1, Ordering::Relaxed);
             Verdict::Slip
         } else {
+            store(0, held);
             self.dropped.fetch_add(1, Ordering::Relaxed);
             Verdict::Drop
         }
@@ -86,7 +98,15 @@ mod tests {
     use super::*;
 
     fn limit(rate: u32, slip: u32) -> RateLimit {
-        RateLimit { rate, slip, ipv4_prefix: 24, ipv6_prefix: 56, exempt: Default::default() }
+        let burst = rate;
+        RateLimit {
+            rate,
+            burst,
+            slip,
+            ipv4_prefix: 24,
+            ipv6_prefix: 56,
+            exempt: Default::default(),
+        }
     }
 
     fn verdicts(l: &Limiter, lim: &RateLimit, client: &str, now: u32, n: usize) -> Vec<Verdict> {
@@ -104,8 +124,27 @@ mod tests {
         // The same /24 shares the count; another /24 has its own.
         assert_eq!(verdicts(&l, &lim, "192.0.2.200", 100, 1), [Slip]);
         assert_eq!(verdicts(&l, &lim, "192.0.3.1", 100, 3), [Answer, Answer, Answer]);
-        // The next second starts over.
-        assert_eq!(verdicts(&l, &lim, "192.0.2.1", 101, 3), [Answer, Answer, Answer]);
+        // A second later the bucket holds `rate` tokens again, no more.
+        assert_eq!(verdicts(&l, &lim, "192.0.2.1", 101, 4), [Answer, Answer, Answer, Drop]);
+    }
+
+    #[test]
+    fn a_burst_is_allowed_once_then_the_rate() {
+        use Verdict::*;
+        let l = Limiter::default();
+        let lim = RateLimit { burst: 5, ..limit(2, 0) };
+        // Full bucket: the burst, then nothing.
+        assert_eq!(
+            verdicts(&l, &lim, "198.51.100.1", 50, 6),
+            [Answer; 5].iter().copied().chain([Drop]).collect::<Vec<_>>()
+        );
+        // One second refills `rate` tokens.
+        assert_eq!(verdicts(&l, &lim, "198.51.100.1", 51, 3), [Answer, Answer, Drop]);
+        // A quiet minute refills up to the burst only.
+        assert_eq!(
+            verdicts(&l, &lim, "198.51.100.1", 111, 6).iter().filter(|v| **v == Answer).count(),
+            5
+        );
     }
 
     #[test]
