@@ -633,7 +633,7 @@ async fn admin_details_and_metrics_show_probe_results() {
         (&serde_json::json!(false), &serde_json::Value::Null)
     );
 
-    let text = steerdns::server::admin::metrics::render(control, &control.prober);
+    let text = steerdns::server::admin::metrics::render(control);
     for want in [
         "steerdns_probe_results_total{profile=\"www.tm.example.test.\",endpoint=\"a\",result=\"refused\"}",
         "steerdns_probes 1",

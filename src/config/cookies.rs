@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::raw::{Loc, RawCookies};
-use crate::diag::Sink;
+use crate::diag::{self, Limit, Sink};
 use crate::wire::cookie::Secrets;
 
 pub fn build(sink: &mut Sink<'_>, raw: Option<&RawCookies>, base: &Path) -> Secrets {
@@ -19,11 +19,12 @@ pub fn build(sink: &mut Sink<'_>, raw: Option<&RawCookies>, base: &Path) -> Secr
 }
 
 /// Longest secret file read: the secret and some white space.
-const MAX_SECRET_FILE: u64 = 4096;
+const SECRET_FILE_LIMIT: Limit =
+    Limit { bytes: 4096, set_by: "the fixed limit for cookie secret files" };
 
 fn secret(sink: &mut Sink<'_>, file: &Loc<String>, base: &Path) -> Option<[u8; 16]> {
     let path = base.join(&file.value);
-    let text = match read_small(&path) {
+    let text = match diag::read_limited(&path, SECRET_FILE_LIMIT) {
         Ok(t) => t,
         Err(e) => {
             sink.on(file, format!("cannot read the cookie secret {}: {e}", path.display()));
@@ -35,18 +36,6 @@ fn secret(sink: &mut Sink<'_>, file: &Loc<String>, base: &Path) -> Option<[u8; 1
         sink.on(file, format!("{}: a cookie secret is 32 hexadecimal digits", path.display()));
     }
     parsed
-}
-
-/// A regular file of at most `MAX_SECRET_FILE` bytes.
-fn read_small(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut text = String::new();
-    file.take(MAX_SECRET_FILE).read_to_string(&mut text)?;
-    Ok(text)
 }
 
 fn parse_hex16(text: &str) -> Option<[u8; 16]> {

@@ -4,7 +4,7 @@
 
 use super::check::int_or;
 use super::raw::{Loc, RawRateLimit};
-use crate::diag::Sink;
+use crate::diag::{Pos, Sink};
 use crate::model::snapshot::RateLimit;
 use crate::netrange::{Range, RangeMap};
 
@@ -18,16 +18,21 @@ pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRateLimit>>) -> Option<Rat
     let ipv6_prefix =
         int_or(sink, raw.ipv6_prefix.as_ref(), 16, 128, "rate_limit.ipv6_prefix", 56u8);
     let mut ranges = Vec::new();
+    let mut positions = std::collections::HashMap::new();
     for net in &raw.exempt {
         match Range::parse(&net.value) {
-            Ok(r) => ranges.push((r, ())),
+            Ok(r) => {
+                ranges.push((r, ()));
+                positions.insert(r, Pos::of(net));
+            }
             Err(e) => sink.on(net, format!("rate_limit.exempt: {e}")),
         }
     }
+    // Each overlap is reported at the later network, as subnet routing reports its ranges.
     let exempt = RangeMap::new(ranges).unwrap_or_else(|overlaps| {
-        let (a, b) = overlaps[0];
-        let at = raw.exempt.first().expect("an overlap needs two networks");
-        sink.on(at, format!("rate_limit.exempt: {a} overlaps {b}"));
+        for (a, b) in overlaps {
+            sink.at(positions[&b], format!("rate_limit.exempt: {b} overlaps {a}"));
+        }
         RangeMap::default()
     });
     Some(RateLimit { rate, burst, slip, ipv4_prefix, ipv6_prefix, exempt })

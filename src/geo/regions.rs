@@ -116,15 +116,6 @@ impl Regions {
             .clone()
     }
 
-    /// Reads a hierarchy file (same format as `geo-data/regions.yaml`).
-    pub fn load(path: &Path) -> Result<Regions, ConfigErrors> {
-        // The shipped hierarchy is 10 KB; any hierarchy of places stays far below this.
-        let limit =
-            crate::diag::Limit { bytes: 16 << 20, set_by: "the fixed limit for region files" };
-        let text = crate::diag::read_file(path, limit)?;
-        Regions::parse(&text, path)
-    }
-
     /// Parses and validates a hierarchy; `file` only names the source in errors.
     pub fn parse(text: &str, file: &Path) -> Result<Regions, ConfigErrors> {
         let raw: RawRegions =

@@ -24,8 +24,8 @@ use rand::Rng;
 use smallvec::SmallVec;
 
 use crate::geo::World;
-use crate::model::health::{HealthView, Status};
-use crate::model::{Endpoint, Profile, ProfileId, Rules, Target, Want};
+use crate::model::health::{HealthTable, HealthView, Status};
+use crate::model::{Endpoint, Profile, ProfileId, Rules, Snapshot, Target, Want};
 
 pub use crate::geo::Client;
 pub use crate::model::MAX_ANSWERS;
@@ -63,6 +63,13 @@ pub struct Trace {
 impl Trace {
     pub fn into_lines(self) -> Vec<String> {
         self.lines.into_inner()
+    }
+}
+
+impl<'a> Ctx<'a, HealthTable> {
+    /// The snapshot's own profiles, live health and world.
+    pub fn of(snap: &'a Snapshot) -> Self {
+        Ctx::new(&snap.profiles, &snap.health, &snap.world)
     }
 }
 

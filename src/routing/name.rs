@@ -48,11 +48,10 @@ where
     }
     ctx.note(|| "host names and addresses: one kind of answer for every query type".into());
     let kind = go(Want::Any, rng);
-    let first = match &kind {
+    let (leaf, scope) = match &kind {
         Decision::Answer { endpoints, scope } => (endpoints.first(), *scope),
         Decision::NoData { .. } => return kind,
     };
-    let (leaf, scope) = first;
     if leaf.is_some_and(|ep| matches!(ep.target, Target::Host(_))) {
         ctx.note(|| "a host name: its CNAME answers every type".into());
         return kind;

@@ -111,10 +111,6 @@ impl Conns {
         }
     }
 
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Counts only: a panic elsewhere cannot leave them half-updated.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)

@@ -109,18 +109,23 @@ pub fn serve(
             let len = worker.len(i);
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
             let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp, now };
-            if let Some(outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
-                tally.add(&snap.counters, &outcome);
+            if let Some(mut outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
+                // Only what is sent is counted: a dropped answer shows in the limiter's
+                // counts alone, a slipped one hands out no endpoint.
                 if let Some(limit) = &snap.rate_limit
                     && !outcome.proven_source
                     && limit.exempt.lookup(src.ip()).value.is_none()
                 {
                     match limiter.check(limit, src.ip(), now) {
                         Verdict::Answer => {}
-                        Verdict::Slip => cut_to_question(out),
+                        Verdict::Slip => {
+                            cut_to_question(out);
+                            outcome.endpoints.clear();
+                        }
                         Verdict::Drop => continue,
                     }
                 }
+                tally.add(&snap.counters, &outcome);
                 worker.reply_to[replies] = i;
                 replies += 1;
             }

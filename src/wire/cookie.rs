@@ -34,7 +34,7 @@ impl Cookie {
     /// Reads the option's data: 8 bytes, or 16 to 40 (RFC 7873 §5.2.2); `None` otherwise,
     /// which the caller answers with FORMERR.
     pub fn parse(data: &[u8]) -> Option<Cookie> {
-        if data.len() != 8 && !(16..=40).contains(&data.len()) {
+        if !Cookie::valid_len(data.len()) {
             return None;
         }
         let mut cookie = Cookie { client: [0; 8], server: [0; 32], server_len: 0 };
@@ -43,6 +43,12 @@ impl Cookie {
         cookie.server[..server.len()].copy_from_slice(server);
         cookie.server_len = server.len() as u8;
         Some(cookie)
+    }
+
+    /// Whether a COOKIE option of `len` bytes is well formed: a client cookie alone, or
+    /// with a server cookie of 8 to 32 bytes.
+    pub fn valid_len(len: usize) -> bool {
+        len == 8 || (16..=40).contains(&len)
     }
 
     pub fn server(&self) -> &[u8] {

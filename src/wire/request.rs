@@ -217,7 +217,9 @@ fn read_opt(fixed: &[u8], rdata: &[u8], rdata_at: usize) -> Result<Edns, Bad> {
             if cookie.is_some() {
                 return Err(Bad);
             }
-            Cookie::parse(data).ok_or(Bad)?;
+            if !Cookie::valid_len(len) {
+                return Err(Bad);
+            }
             let start = u16::try_from(rdata_at + pos - len).map_err(|_| Bad)?;
             cookie = Some(CookieAt { start, len: len as u8 });
         }
@@ -366,7 +368,7 @@ mod tests {
 
     #[test]
     fn edns_fields_and_unknown_options() {
-        let mut opt = opt_with(&[0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]); // cookie, ignored
+        let mut opt = opt_with(&[0, 99, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]); // unknown, ignored
         opt[6] = 1; // version 1
         opt[7] = 0x80; // DO
         let q = query(WWW, &opt, 1);
@@ -374,5 +376,6 @@ mod tests {
         let Parsed::Query(r) = parse(&q, &mut name) else { panic!() };
         let e = r.edns.unwrap();
         assert_eq!((e.payload, e.version, e.dnssec_ok, e.ecs), (1232, 1, true, None));
+        assert_eq!(e.cookie, None);
     }
 }

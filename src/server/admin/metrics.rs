@@ -9,7 +9,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use crate::model::Snapshot;
-use crate::probe::Prober;
+use crate::probe::{EndpointState, Prober};
 use crate::routing::{Ctx, status};
 use crate::server::control::Control;
 use crate::server::totals::Series;
@@ -58,7 +58,9 @@ fn help(name: &str) -> &'static str {
 }
 
 /// The Prometheus text exposition of everything.
-pub fn render(control: &Control, prober: &Prober) -> String {
+pub fn render(control: &Control) -> String {
+    let prober = &*control.prober;
+    let states = prober.endpoint_states();
     let snap = control.snapshot();
     let totals = &control.totals;
     let mut counters = totals.counters(&snap);
@@ -66,7 +68,7 @@ pub fn render(control: &Control, prober: &Prober) -> String {
     counters.insert(Series::new("steerdns_reloads", vec![]), reloads);
     let failures = totals.reload_failures.load(Ordering::Relaxed);
     counters.insert(Series::new("steerdns_reload_failures", vec![]), failures);
-    counters.extend(probe_counters(prober));
+    counters.extend(probe_counters(&states));
     let skipped = Series::new("steerdns_probe_skipped", vec![("reason", "local_resources".into())]);
     counters.insert(skipped, prober.skipped_local());
     for (action, n) in
@@ -90,7 +92,7 @@ pub fn render(control: &Control, prober: &Prober) -> String {
         },
     ];
     gauges.extend(endpoint_status_gauges(&snap));
-    gauges.extend(probe_gauges(prober));
+    gauges.extend(probe_gauges(prober, &states));
     let histograms = probe_histograms(prober);
     let mut registry = prometheus_client::registry::Registry::default();
     registry.register_collector(Box::new(Scrape { counters, gauges, histograms }));
@@ -102,7 +104,7 @@ pub fn render(control: &Control, prober: &Prober) -> String {
 
 /// One series per endpoint, value 1, labelled with its current status.
 fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
-    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let ctx = Ctx::of(snap);
     snap.profiles
         .iter()
         .flat_map(|p| p.endpoints.iter().map(move |ep| (p, ep)))
@@ -119,9 +121,9 @@ fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
         .collect()
 }
 
-fn probe_counters(prober: &Prober) -> Vec<(Series, u64)> {
+fn probe_counters(states: &[EndpointState]) -> Vec<(Series, u64)> {
     let mut out = Vec::new();
-    for s in prober.endpoint_states() {
+    for s in states {
         for (kind, n) in &s.results {
             let labels = vec![
                 ("profile", s.profile.clone()),
@@ -134,7 +136,7 @@ fn probe_counters(prober: &Prober) -> Vec<(Series, u64)> {
     out
 }
 
-fn probe_gauges(prober: &Prober) -> Vec<Gauge> {
+fn probe_gauges(prober: &Prober, states: &[EndpointState]) -> Vec<Gauge> {
     let stats = prober.stats();
     let mut out = vec![
         Gauge {
@@ -150,7 +152,7 @@ fn probe_gauges(prober: &Prober) -> Vec<Gauge> {
             value: stats.max_lag.as_secs_f64(),
         },
     ];
-    for s in prober.endpoint_states() {
+    for s in states {
         let Some(last) = &s.last_probe else { continue };
         out.push(Gauge {
             name: "steerdns_probe_last_duration_seconds",

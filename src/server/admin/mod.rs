@@ -163,7 +163,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn metrics(State(c): State<Shared>) -> Response {
-    let body = metrics::render(&c, &c.prober);
+    let body = metrics::render(&c);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
@@ -175,7 +175,7 @@ async fn profiles(State(c): State<Shared>) -> Json<Value> {
 }
 
 fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
-    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let ctx = Ctx::of(snap);
     let mut counts = serde_json::Map::new();
     for ep in &p.endpoints {
         let st = status::endpoint_status(ctx, ep).as_str();
@@ -197,7 +197,7 @@ fn profile_status(snap: &Snapshot, id: usize) -> Status {
     if !snap.profiles[id].enabled {
         return Status::Disabled;
     }
-    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let ctx = Ctx::of(snap);
     status::child_status(ctx, &Nested { child: id, min_child: 1, min_child_v4: 0, min_child_v6: 0 })
 }
 
@@ -210,7 +210,7 @@ async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response 
         return error(StatusCode::NOT_FOUND, format!("no profile named {}", abs.to_ascii()));
     };
     let p = &snap.profiles[id];
-    let ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+    let ctx = Ctx::of(&snap);
     let endpoints: Vec<Value> = p
         .endpoints
         .iter()
