@@ -68,6 +68,55 @@ async fn dig_finds_the_server_cookie_good() {
     let again = dig(&[&format!("+cookie={cookie}")]);
     assert!(again.contains("status: NOERROR"), "{again}");
     assert!(again.lines().any(|l| l.starts_with("; COOKIE:") && l.ends_with("(good)")), "{again}");
+    // `dig +header-only` asks for a server cookie alone, without a question.
+    let header_only = dig(&["+header-only"]);
+    assert!(
+        header_only.contains("status: NOERROR") && header_only.contains("QUERY: 0"),
+        "{header_only}"
+    );
+    assert!(
+        header_only.lines().any(|l| l.starts_with("; COOKIE:") && l.ends_with("(good)")),
+        "{header_only}"
+    );
+    h.stop().await;
+}
+
+/// `query` without its question: what a client sends to ask only for a server cookie.
+fn without_question(query: &[u8]) -> Vec<u8> {
+    let mut end = 12;
+    while query[end] != 0 {
+        end += 1 + usize::from(query[end]);
+    }
+    let mut out = query[..12].to_vec();
+    out[4..6].copy_from_slice(&[0, 0]);
+    out.extend_from_slice(&query[end + 5..]);
+    out
+}
+
+/// RFC 7873 §5.4: a query with no question and a COOKIE option gets a server cookie
+/// (NOERROR), or BADCOOKIE and a fresh one when its server cookie is not ours; without a
+/// COOKIE option it is FORMERR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_without_a_question_asks_for_a_server_cookie() {
+    let h = Harness::start().await;
+    let ask = |cookie: &[u8]| {
+        without_question(&Q::new(&fq("www"), T_A).edns().option(COOKIE, cookie).bytes())
+    };
+    let r = Reply::new(h.udp_bytes(&ask(&CLIENT)).await);
+    assert_eq!((r.rcode(), r.msg.queries.len(), r.msg.answers.len()), (NOERROR, 0, 0), "{r:#?}");
+    let issued = cookie_of(&r);
+    assert_eq!((issued.len(), &issued[..8]), (24, &CLIENT[..]));
+    let r = Reply::new(h.udp_bytes(&ask(&issued)).await);
+    assert_eq!((r.rcode(), cookie_of(&r)), (NOERROR, issued.clone()), "a valid cookie: as sent");
+    let forged = [&CLIENT[..], &[1, 0, 0, 0], &[0; 12]].concat();
+    let r = Reply::new(h.udp_bytes(&ask(&forged)).await);
+    assert_eq!(r.rcode(), BADCOOKIE, "{r:#?}");
+    let fresh = cookie_of(&r);
+    assert_eq!((&fresh[..12], fresh.len()), (&issued[..12], 24), "a fresh server cookie");
+    assert_ne!(fresh[16..], forged[16..]);
+    let r =
+        Reply::new(h.udp_bytes(&without_question(&Q::new(&fq("www"), T_A).edns().bytes())).await);
+    assert_eq!(r.rcode(), FORMERR, "no question and no cookie: {r:#?}");
     h.stop().await;
 }
 

@@ -16,18 +16,22 @@ const RATE: usize = 5;
 const SENT: usize = 40;
 
 async fn limited_server() -> Harness {
+    limited_server_with(&format!(
+        "rate_limit:\n  rate: {RATE}\n  slip: 2\n  exempt: [\"127.0.0.2/32\", \"::1/128\"]\n"
+    ))
+    .await
+}
+
+async fn limited_server_with(block: &str) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     write_config(dir.path(), DEFAULT_PROFILES);
     let path = dir.path().join("steerdns.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
-    let block = format!(
-        "rate_limit:\n  rate: {RATE}\n  slip: 2\n  exempt: [\"127.0.0.2/32\", \"::1/128\"]\n"
-    );
     std::fs::write(&path, format!("{yaml}{block}")).unwrap();
     Harness::in_dir(dir).await
 }
 
-/// What became of `SENT` queries sent at once from `from`: (answered, truncated, missing).
+/// What became of `SENT` queries sent at once from `from`: (answered, slipped, missing).
 async fn burst(server: SocketAddr, from: &str, query: impl Fn(u16) -> Vec<u8>) -> [usize; 3] {
     let sock = UdpSocket::bind(format!("{from}:0")).await.unwrap();
     for id in 0..SENT as u16 {
@@ -39,10 +43,9 @@ async fn burst(server: SocketAddr, from: &str, query: impl Fn(u16) -> Vec<u8>) -
         tokio::time::timeout(Duration::from_millis(700), sock.recv(&mut buf)).await
     {
         let reply = Reply::new(buf[..n].to_vec());
-        seen.insert(
-            u16::from_be_bytes([buf[0], buf[1]]),
-            reply.tc() && reply.msg.answers.is_empty(),
-        );
+        // A slipped answer is truncated, or BADCOOKIE when the query had a client cookie.
+        let slipped = (reply.tc() || reply.rcode() == BADCOOKIE) && reply.msg.answers.is_empty();
+        seen.insert(u16::from_be_bytes([buf[0], buf[1]]), slipped);
     }
     let truncated = seen.values().filter(|tc| **tc).count();
     [seen.len() - truncated, truncated, SENT - seen.len()]
@@ -83,8 +86,39 @@ async fn answers_past_the_rate_are_dropped_or_slip_and_proven_clients_pass() {
     let with_cookie = |id: u16| Q::new(&fq("www"), T_A).id(id).edns().option(10, &cookie).bytes();
     assert_eq!(burst(h.addr, "127.0.0.3", with_cookie).await, [SENT, 0, 0], "valid cookie");
     // A cookie made for another address proves nothing.
-    let [answered, ..] = burst(h.addr, "127.0.0.4", with_cookie).await;
+    let [answered, slipped, _] = burst(h.addr, "127.0.0.4", with_cookie).await;
     assert!(answered <= 2 * RATE, "a cookie of another address: {answered} answered");
+    assert!(slipped > 0, "and its limited answers slip as BADCOOKIE");
+    h.stop().await;
+}
+
+/// Past the rate, a query with a client cookie slips as BADCOOKIE with a fresh server
+/// cookie rather than as a truncated reply: a resolver that retries with it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_query_with_a_client_cookie_gets_badcookie_and_its_retry_passes() {
+    let h = limited_server_with("rate_limit:\n  rate: 1\n  burst: 1\n  slip: 1\n").await;
+    let sock = UdpSocket::bind("127.0.0.5:0").await.unwrap();
+    sock.connect(h.addr).await.unwrap();
+    let client_only = Q::new(&fq("www"), T_A).edns().option(10, &[5; 8]);
+    let mut badcookie = None;
+    for id in 0..10 {
+        let r = Reply::new(udp_exchange(&sock, &client_only.clone().id(id).bytes()).await.unwrap());
+        if r.rcode() == BADCOOKIE {
+            assert!(r.msg.answers.is_empty() && !r.tc(), "{r:#?}");
+            badcookie = Some(r);
+        }
+    }
+    let r = badcookie.expect("a limited query with a client cookie gets BADCOOKIE");
+    let wire = Wire::parse(&r.raw).unwrap();
+    let cookie = wire.opt_options().into_iter().find(|(c, _)| *c == 10).expect("a cookie").1;
+    assert_eq!((cookie.len(), &cookie[..8]), (24, &[5u8; 8][..]), "client + server cookie");
+    // The retry with the server cookie is answered, every time.
+    let with_cookie = |id: u16| Q::new(&fq("www"), T_A).id(id).edns().option(10, &cookie).bytes();
+    assert_eq!(burst(h.addr, "127.0.0.5", with_cookie).await, [SENT, 0, 0]);
+    // A query without a cookie still slips as a truncated reply.
+    let plain = |id: u16| Q::new(&fq("www"), T_A).id(id).bytes();
+    let [_, truncated, _] = burst(h.addr, "127.0.0.5", plain).await;
+    assert!(truncated >= SENT - 4, "truncated {truncated}");
     h.stop().await;
 }
 

@@ -17,7 +17,7 @@ use crate::wire::cookie::{ReplyCookie, Verdict};
 use crate::wire::name::NameText;
 use crate::wire::request::{self, Ecs, Parsed, Request};
 use crate::wire::response::{EDNS_PAYLOAD, EcsEcho, Header, Opt, Owner, Section, Writer};
-use crate::wire::{Rcode, Rtype};
+use crate::wire::{self, Rcode, Rtype};
 
 /// Offset of the question name in every message.
 const QNAME_AT: usize = 12;
@@ -62,6 +62,28 @@ pub fn respond<R: Rng + ?Sized>(
             }
             Some(Outcome { rcode, ..Outcome::default() })
         }
+        Parsed::CookieOnly { id, rd, edns } => {
+            let (cookie, verdict) =
+                snap.cookies.reply(&edns.cookie?.read(packet.bytes)?, packet.src, packet.now);
+            // RFC 7873 §5.4: a client cookie alone gets NOERROR and a server cookie; a server
+            // cookie we cannot validate gets BADCOOKIE and a fresh one.
+            let rcode = if edns.version > 0 {
+                Rcode::BADVERS
+            } else if verdict == Verdict::Invalid {
+                Rcode::BADCOOKIE
+            } else {
+                Rcode::NOERROR
+            };
+            let h = Header { id, opcode: 0, aa: false, rd, cd: false, rcode };
+            let mut w = Writer::new(out, h, None);
+            w.opt(&Opt {
+                ext_rcode: rcode.extended_bits(),
+                dnssec_ok: edns.dnssec_ok,
+                ecs: None,
+                cookie: Some(&cookie),
+            });
+            Some(Outcome { rcode, proven_source: verdict == Verdict::Valid, ..Outcome::default() })
+        }
         Parsed::Query(req) => {
             let limit = match packet.transport {
                 Transport::Udp => req.edns.map_or(512, |e| e.payload.clamp(512, EDNS_PAYLOAD)),
@@ -89,6 +111,33 @@ pub fn respond<R: Rng + ?Sized>(
                 outcome.rcode = Rcode::BADVERS;
             }
             Some(outcome)
+        }
+    }
+}
+
+/// Rewrites `out`, the reply to `packet` that the rate limiter holds back, as the short reply
+/// it lets through instead; returns that reply's RCODE. A query with a client cookie but no
+/// valid server cookie gets BADCOOKIE and a fresh server cookie (RFC 7873 §5.2.3): a real
+/// resolver retries with it, and a valid server cookie is never limited. Any other gets the
+/// header and question with TC set, so a real resolver retries over TCP.
+pub fn slip(snap: &Snapshot, packet: Packet<'_>, out: &mut Vec<u8>) -> Rcode {
+    let mut name = request::NameBuf::new();
+    match request::parse(packet.bytes, &mut name) {
+        // Already as short as a reply gets.
+        Parsed::CookieOnly { .. } => Rcode::from_parts(out[3], 0),
+        Parsed::Query(req)
+            if let Some(cookie) =
+                req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes)) =>
+        {
+            let (cookie, _) = snap.cookies.reply(&cookie, packet.src, packet.now);
+            let reply = Reply { req: &req, cookie: Some(&cookie) };
+            let mut w = Writer::new(out, reply.header(Rcode::BADCOOKIE, false), Some(req.question));
+            reply.finish(&mut w, Rcode::BADCOOKIE.extended_bits(), 0);
+            Rcode::BADCOOKIE
+        }
+        _ => {
+            wire::response::cut_to_question(out);
+            Rcode::from_parts(out[3], 0)
         }
     }
 }

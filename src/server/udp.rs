@@ -20,9 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::Tally;
 use crate::model::snapshot::Snapshot;
-use crate::responder::{Packet, Transport, respond};
+use crate::responder::{Packet, Transport, respond, slip};
 use crate::wire::cookie::unix_now;
-use crate::wire::response::cut_to_question;
 
 use super::rrl::{Limiter, Verdict};
 
@@ -119,7 +118,7 @@ pub fn serve(
                     match limiter.check(limit, src.ip(), now) {
                         Verdict::Answer => {}
                         Verdict::Slip => {
-                            cut_to_question(out);
+                            outcome.rcode = slip(&snap, packet, out);
                             outcome.endpoints.clear();
                         }
                         Verdict::Drop => continue,

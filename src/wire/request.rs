@@ -83,6 +83,13 @@ pub enum Parsed<'a> {
         /// The query carried an OPT record, so the reply gets one.
         opt: bool,
     },
+    /// No question, only an OPT record with a COOKIE option: the client asks for a server
+    /// cookie (RFC 7873 §5.4).
+    CookieOnly {
+        id: u16,
+        rd: bool,
+        edns: Edns,
+    },
     /// Not worth a reply (too short to hold a header, or itself a response).
     Drop,
 }
@@ -99,6 +106,13 @@ pub fn parse<'a>(p: &'a [u8], name: &'a mut NameBuf) -> Parsed<'a> {
     let count = |i: usize| u16::from_be_bytes([p[i], p[i + 1]]);
     let (qd, an, ns, ar) = (count(4), count(6), count(8), count(10));
     let error = |rcode, question, opt| Parsed::Error { id, opcode, rd, rcode, question, opt };
+    if qd == 0 && opcode == 0 {
+        return match read_sections(p, 12, an, ns, ar) {
+            Ok(Some(edns)) if edns.cookie.is_some() => Parsed::CookieOnly { id, rd, edns },
+            Ok(edns) => error(Rcode::FORMERR, None, edns.is_some()),
+            Err((Bad, opt)) => error(Rcode::FORMERR, None, opt),
+        };
+    }
     if qd != 1 {
         let rcode = if opcode == 0 { Rcode::FORMERR } else { Rcode::NOTIMP };
         return error(rcode, None, false);
@@ -333,7 +347,7 @@ mod tests {
                     assert!(!ok, "case {i} rejected");
                     assert_eq!((rcode, opt), (Rcode::FORMERR, true));
                 }
-                Parsed::Drop => panic!("case {i} dropped"),
+                other => panic!("case {i}: {other:?}"),
             }
         }
     }
@@ -364,6 +378,34 @@ mod tests {
         let mut notify = query(WWW, &[], 0);
         notify[2] = 4 << 3;
         assert_eq!(rcode(&parse(&notify, &mut NameBuf::new())), Some(Rcode::NOTIMP));
+    }
+
+    #[test]
+    fn no_question_is_a_cookie_request_only_with_a_cookie() {
+        let no_question = |extra: &[u8], arcount: u16| {
+            let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 0, 0, 0, 0, 0];
+            q.extend_from_slice(&arcount.to_be_bytes());
+            q.extend_from_slice(extra);
+            q
+        };
+        let cookie = opt_with(&[0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]);
+        let q = no_question(&cookie, 1);
+        let Parsed::CookieOnly { id, rd, edns } = parse(&q, &mut NameBuf::new()) else { panic!() };
+        assert_eq!((id, rd), (0x1234, true));
+        assert_eq!(
+            edns.cookie.and_then(|at| at.read(&q)).unwrap().client,
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        let cases = [
+            (no_question(&[], 0), Some(Rcode::FORMERR)),
+            (no_question(&opt_with(&[]), 1), Some(Rcode::FORMERR)),
+            (no_question(&opt_with(&[0, 10, 0, 7, 1, 2, 3, 4, 5, 6, 7]), 1), Some(Rcode::FORMERR)),
+        ];
+        for (i, (pkt, want)) in cases.iter().enumerate() {
+            let mut name = NameBuf::new();
+            let got = parse(pkt, &mut name);
+            assert_eq!(rcode(&got), *want, "case {i}: {got:?}");
+        }
     }
 
     #[test]

@@ -71,8 +71,10 @@ impl Rcode {
     pub const REFUSED: Rcode = Rcode(5);
     /// Extended: the query's EDNS version is not supported.
     pub const BADVERS: Rcode = Rcode(16);
+    /// Extended: the server cookie is missing or invalid, and the server wants one.
+    pub const BADCOOKIE: Rcode = Rcode(23);
 
-    const NAMES: [(Rcode, &'static str); 7] = [
+    const NAMES: [(Rcode, &'static str); 8] = [
         (Rcode::NOERROR, "NOERROR"),
         (Rcode::FORMERR, "FORMERR"),
         (Rcode::SERVFAIL, "SERVFAIL"),
@@ -80,6 +82,7 @@ impl Rcode {
         (Rcode::NOTIMP, "NOTIMP"),
         (Rcode::REFUSED, "REFUSED"),
         (Rcode::BADVERS, "BADVERS"),
+        (Rcode::BADCOOKIE, "BADCOOKIE"),
     ];
 
     /// The mnemonic of a code steerdns knows, else `None`.

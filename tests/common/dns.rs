@@ -36,6 +36,7 @@ pub const NXDOMAIN: u16 = Rcode::NXDOMAIN.0;
 pub const NOTIMP: u16 = Rcode::NOTIMP.0;
 pub const REFUSED: u16 = Rcode::REFUSED.0;
 pub const BADVERS: u16 = Rcode::BADVERS.0;
+pub const BADCOOKIE: u16 = Rcode::BADCOOKIE.0;
 
 /// How long to wait for one UDP reply before resending.
 pub const UDP_WAIT: Duration = Duration::from_secs(2);
