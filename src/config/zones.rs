@@ -53,7 +53,7 @@ pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path, limit: Limit)
     }
     add_ancestors(&mut nodes, &origin);
     let soa_rdata = soa.rdata(0);
-    Some(Zone { origin, soa, serial: 0, ttl, soa_rdata, nodes, fingerprint: 0 })
+    Some(Zone { origin, soa, serial: 0, ttl, soa_rdata, nodes, fingerprint: 0, dnssec: None })
 }
 
 fn soa(sink: &mut Sink<'_>, z: &RawZone, first_ns: WireName, origin: &Name) -> Option<Soa> {

@@ -4,6 +4,7 @@
 //! never changed after a load (statuses and counters are atomics).
 
 pub mod counters;
+pub mod dnssec;
 pub mod health;
 pub mod profile;
 pub mod snapshot;

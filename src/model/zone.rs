@@ -6,6 +6,7 @@
 
 use crate::FastMap;
 use crate::model::ProfileId;
+use crate::model::dnssec::ZoneSigning;
 use crate::wire::Rtype;
 use crate::wire::name::WireName;
 
@@ -66,6 +67,8 @@ pub struct Zone {
     pub nodes: FastMap<WireName, Node>,
     /// Hash of everything that decides the zone's answers, to know when the serial must grow.
     pub fingerprint: u64,
+    /// The keys when the zone is signed (DNSSEC).
+    pub dnssec: Option<ZoneSigning>,
 }
 
 impl Zone {

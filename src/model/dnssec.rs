@@ -1,0 +1,300 @@
+//! The DNSSEC keys of a signed zone: what the apex publishes as DNSKEY, which keys sign, and
+//! the signing itself (ring). Read from key files by `config`, used by the responder to sign
+//! answers; nothing here does I/O.
+
+use std::fmt;
+use std::sync::Arc;
+
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
+
+/// A DNSSEC signing algorithm steerdns signs with (RFC 8624 recommends both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// 13: ECDSA over P-256 with SHA-256 (RFC 6605).
+    EcdsaP256Sha256,
+    /// 15: Ed25519 (RFC 8080).
+    Ed25519,
+}
+
+impl Algorithm {
+    pub fn number(self) -> u8 {
+        match self {
+            Algorithm::EcdsaP256Sha256 => 13,
+            Algorithm::Ed25519 => 15,
+        }
+    }
+
+    pub fn from_number(n: u8) -> Option<Algorithm> {
+        match n {
+            13 => Some(Algorithm::EcdsaP256Sha256),
+            15 => Some(Algorithm::Ed25519),
+            _ => None,
+        }
+    }
+
+    /// The name BIND's key files and `dnssec-keygen -a` use.
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            Algorithm::EcdsaP256Sha256 => "ECDSAP256SHA256",
+            Algorithm::Ed25519 => "ED25519",
+        }
+    }
+
+    /// Length of a signature, and of the public key in DNSKEY RDATA.
+    pub fn signature_len(self) -> usize {
+        64
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.mnemonic())
+    }
+}
+
+/// DNSKEY flags: ZONE (256) on every key, plus SEP (1) on a KSK or CSK.
+pub const FLAGS_ZSK: u16 = 256;
+pub const FLAGS_KSK: u16 = 257;
+
+/// A private key that signs. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Signer(Arc<SignerKey>);
+
+enum SignerKey {
+    Ecdsa(EcdsaKeyPair, SystemRandom),
+    Ed25519(Ed25519KeyPair),
+}
+
+/// A private key that does not match its public key, or is not a key of its algorithm.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadKey(pub String);
+
+impl Signer {
+    /// The signer for `private` (the P-256 scalar, or the Ed25519 seed: 32 bytes, as BIND's
+    /// `PrivateKey:` holds it), checked against `public` (the DNSKEY public key field).
+    pub fn new(algorithm: Algorithm, private: &[u8], public: &[u8]) -> Result<Signer, BadKey> {
+        let key = match algorithm {
+            Algorithm::EcdsaP256Sha256 => {
+                // ring wants the public key as an uncompressed SEC1 point; DNSKEY leaves
+                // out the 0x04 prefix (RFC 6605 §4).
+                let sec1 = [&[4u8][..], public].concat();
+                let rng = SystemRandom::new();
+                let pair = EcdsaKeyPair::from_private_key_and_public_key(
+                    &ECDSA_P256_SHA256_FIXED_SIGNING,
+                    private,
+                    &sec1,
+                    &rng,
+                )
+                .map_err(|e| BadKey(format!("not a matching P-256 key pair: {e}")))?;
+                SignerKey::Ecdsa(pair, rng)
+            }
+            Algorithm::Ed25519 => {
+                let pair = Ed25519KeyPair::from_seed_and_public_key(private, public)
+                    .map_err(|e| BadKey(format!("not a matching Ed25519 key pair: {e}")))?;
+                SignerKey::Ed25519(pair)
+            }
+        };
+        Ok(Signer(Arc::new(key)))
+    }
+
+    /// Signs `data` (RFC 4034 §3.1.8.1: RRSIG RDATA without the signature, then the
+    /// RRset in canonical form); the signature as RRSIG carries it (64 bytes: r | s for
+    /// ECDSA, RFC 6605 §4; the Ed25519 signature, RFC 8080 §4).
+    pub fn sign(&self, data: &[u8]) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        match &*self.0 {
+            SignerKey::Ecdsa(pair, rng) => {
+                // Signing fails only when the system's random source does.
+                let sig = pair.sign(rng, data).expect("the system random source works");
+                out.copy_from_slice(sig.as_ref());
+            }
+            SignerKey::Ed25519(pair) => out.copy_from_slice(pair.sign(data).as_ref()),
+        }
+        out
+    }
+
+    /// The public key, as the DNSKEY public key field holds it.
+    pub fn public_key(&self) -> Vec<u8> {
+        match &*self.0 {
+            SignerKey::Ecdsa(pair, _) => pair.public_key().as_ref()[1..].to_vec(),
+            SignerKey::Ed25519(pair) => pair.public_key().as_ref().to_vec(),
+        }
+    }
+}
+
+impl fmt::Debug for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Signer(..)")
+    }
+}
+
+/// When a key is published and used, in Unix seconds (BIND's key file timing metadata).
+/// `None`: no such event (published and active from the start, never retired).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    pub publish: Option<u64>,
+    pub activate: Option<u64>,
+    pub inactive: Option<u64>,
+    pub delete: Option<u64>,
+}
+
+impl Timing {
+    /// Whether the DNSKEY is in the apex's DNSKEY RRset at `now`.
+    pub fn published(&self, now: u64) -> bool {
+        self.publish.is_none_or(|t| t <= now) && self.delete.is_none_or(|t| now < t)
+    }
+
+    /// Whether the key signs at `now` (it must also be published and have a private key).
+    pub fn active(&self, now: u64) -> bool {
+        self.published(now)
+            && self.activate.is_none_or(|t| t <= now)
+            && self.inactive.is_none_or(|t| now < t)
+    }
+}
+
+/// One key of a zone.
+#[derive(Clone, Debug)]
+pub struct ZoneKey {
+    /// `FLAGS_ZSK` or `FLAGS_KSK`.
+    pub flags: u16,
+    pub algorithm: Algorithm,
+    /// The DNSKEY public key field.
+    pub public_key: Box<[u8]>,
+    pub key_tag: u16,
+    /// `None` when only the public key is there: published, never signing.
+    pub signer: Option<Signer>,
+    pub timing: Timing,
+    /// Where it was read from, for messages.
+    pub source: String,
+}
+
+impl ZoneKey {
+    /// Whether this key has the SEP flag (a KSK or CSK): it signs the DNSKEY RRset and
+    /// gives the DS records.
+    pub fn is_sep(&self) -> bool {
+        self.flags & 1 == 1
+    }
+
+    /// The DNSKEY RDATA: flags, protocol 3, algorithm, public key (RFC 4034 §2.1).
+    pub fn dnskey_rdata(&self) -> Vec<u8> {
+        dnskey_rdata(self.flags, self.algorithm, &self.public_key)
+    }
+
+    /// The DS RDATA with a SHA-256 digest (RFC 4034 §5.1.4, RFC 4509), for `owner` (the
+    /// zone's apex, wire format, lower case). CDS carries the same.
+    pub fn ds_rdata(&self, owner: &[u8]) -> Vec<u8> {
+        let dnskey = self.dnskey_rdata();
+        let digest = ring::digest::digest(&ring::digest::SHA256, &[owner, &dnskey].concat());
+        let mut out = Vec::with_capacity(4 + 32);
+        out.extend_from_slice(&self.key_tag.to_be_bytes());
+        out.extend_from_slice(&[self.algorithm.number(), 2]);
+        out.extend_from_slice(digest.as_ref());
+        out
+    }
+}
+
+/// DNSKEY RDATA from its fields.
+pub fn dnskey_rdata(flags: u16, algorithm: Algorithm, public_key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + public_key.len());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&[3, algorithm.number()]);
+    out.extend_from_slice(public_key);
+    out
+}
+
+/// The key tag of a DNSKEY RDATA (RFC 4034 Appendix B).
+pub fn key_tag(dnskey_rdata: &[u8]) -> u16 {
+    let mut acc: u32 = 0;
+    for (i, b) in dnskey_rdata.iter().enumerate() {
+        acc += if i & 1 == 0 { u32::from(*b) << 8 } else { u32::from(*b) };
+    }
+    acc += (acc >> 16) & 0xffff;
+    (acc & 0xffff) as u16
+}
+
+/// How a zone is signed: its keys and the signatures' timing.
+#[derive(Clone, Debug)]
+pub struct ZoneSigning {
+    pub keys: Vec<ZoneKey>,
+    /// How long a signature is valid from its inception (seconds).
+    pub validity: u32,
+    /// How far before the signing time the inception is set, for clocks behind ours.
+    pub inception_offset: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unhex(s: &str) -> Vec<u8> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    /// RFC 6605 §6.1: the P-256 example key's DNSKEY, key tag and SHA-256 DS.
+    #[test]
+    fn rfc6605_example_key_tag_and_ds() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let public = b64
+            .decode(
+                "GojIhhXUN/u4v54ZQqGSnyhWJwaubCvTmeexv7bR6edbkrSqQpF64cYbcB7wNcP+e+MAnLr+Wi9xMWyQLc8NAA==",
+            )
+            .unwrap();
+        let private = b64.decode("GU6SnQ/Ou+xC5RumuIUIuJZteXT2z0O/ok1s38Et6mQ=").unwrap();
+        let signer = Signer::new(Algorithm::EcdsaP256Sha256, &private, &public).unwrap();
+        assert_eq!(signer.public_key(), public);
+        let rdata = dnskey_rdata(FLAGS_KSK, Algorithm::EcdsaP256Sha256, &public);
+        let key = ZoneKey {
+            flags: FLAGS_KSK,
+            algorithm: Algorithm::EcdsaP256Sha256,
+            public_key: public.into(),
+            key_tag: key_tag(&rdata),
+            signer: Some(signer),
+            timing: Timing::default(),
+            source: "RFC 6605".into(),
+        };
+        assert_eq!(key.key_tag, 55648);
+        // As `dnssec-dsfromkey -2` prints it.
+        let owner = b"\x07example\x03net\x00";
+        let want = "D9600D02 B4C8C1FE2E7477127B27115656AD6256F424625BF5C1E2770CE6D6E37DF61D17";
+        assert_eq!(key.ds_rdata(owner), unhex(want));
+    }
+
+    #[test]
+    fn a_key_pair_that_does_not_match_is_refused() {
+        let a = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).unwrap();
+        let a = Ed25519KeyPair::from_pkcs8(a.as_ref()).unwrap();
+        let seed = [7u8; 32];
+        assert!(Signer::new(Algorithm::Ed25519, &seed, a.public_key().as_ref()).is_err());
+        let own = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
+        let signer = Signer::new(Algorithm::Ed25519, &seed, own.public_key().as_ref()).unwrap();
+        let sig = signer.sign(b"data");
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, signer.public_key())
+            .verify(b"data", &sig)
+            .expect("the signature verifies");
+    }
+
+    #[test]
+    fn timing_table() {
+        let t = Timing {
+            publish: Some(100),
+            activate: Some(200),
+            inactive: Some(300),
+            delete: Some(400),
+        };
+        let cases = [
+            (50, false, false),
+            (150, true, false),
+            (250, true, true),
+            (350, true, false),
+            (450, false, false),
+        ];
+        for (now, published, active) in cases {
+            assert_eq!((t.published(now), t.active(now)), (published, active), "at {now}");
+        }
+        assert!(Timing::default().active(0));
+    }
+}
