@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::counters::QueryCounters;
 use super::health::HealthTable;
+use super::presigned::Presigned;
 use super::profile::Profile;
 use super::zone::Zone;
 use crate::FastMap;
@@ -102,6 +103,8 @@ pub struct Snapshot {
     pub cookies: Secrets,
     /// Response rate limiting; `None`: off.
     pub rate_limit: Option<RateLimit>,
+    /// Signatures of the signed zones' answers, made after the load (`presigned`).
+    pub signatures: Presigned,
 }
 
 impl Snapshot {
@@ -127,6 +130,7 @@ impl Snapshot {
             counters,
             cookies,
             rate_limit,
+            signatures: Presigned::default(),
         }
     }
 

@@ -1,0 +1,307 @@
+//! DNSSEC on the wire: answers of a signed zone validated by `delv` with the zone's own key
+//! as trust anchor, compact denial, the apex key sets, and signed answers too large for UDP.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair};
+use steerdns::model::dnssec::{
+    Algorithm, FLAGS_KSK, FLAGS_ZSK, Signer, Timing, ZoneKey, ZoneSigning, dnskey_rdata, key_tag,
+};
+
+const T_RRSIG: u16 = 46;
+const T_NSEC: u16 = 47;
+const T_DNSKEY: u16 = 48;
+const T_CDS: u16 = 59;
+const T_CDNSKEY: u16 = 60;
+const T_NXNAME: u16 = 128;
+
+/// A fresh key pair, as `dnssec-keygen` would make one.
+fn new_key(algorithm: Algorithm, flags: u16) -> ZoneKey {
+    let rng = ring::rand::SystemRandom::new();
+    let (private, public) = match algorithm {
+        Algorithm::Ed25519 => {
+            let mut seed = [0u8; 32];
+            ring::rand::SecureRandom::fill(&rng, &mut seed).unwrap();
+            let pair = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
+            (seed.to_vec(), pair.public_key().as_ref().to_vec())
+        }
+        Algorithm::EcdsaP256Sha256 => {
+            let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+            let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+            let pair = EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
+            // The private scalar's place in the PKCS#8 document ring writes.
+            (pkcs8.as_ref()[36..68].to_vec(), pair.public_key().as_ref()[1..].to_vec())
+        }
+    };
+    let signer = Signer::new(algorithm, &private, &public).expect("a matching pair");
+    ZoneKey {
+        flags,
+        algorithm,
+        key_tag: key_tag(&dnskey_rdata(flags, algorithm, &public)),
+        public_key: public.into(),
+        signer: Some(signer),
+        timing: Timing::default(),
+        source: "test".into(),
+    }
+}
+
+/// Loads the harness's configuration again with `keys` on the test zone and serves that.
+fn sign_zone(h: &Harness, keys: &[ZoneKey]) {
+    let path = h.dir.path().join("steerdns.yaml");
+    let mut snap = steerdns::config::load(&path, None).expect("the test configuration").snapshot;
+    let signing = ZoneSigning { keys: keys.to_vec(), validity: 14 * 86400, inception_offset: 3600 };
+    snap.zones[0].dnssec = Some(signing);
+    h.server().control().shared.store(Arc::new(snap));
+}
+
+fn delv_installed() -> bool {
+    let found = std::process::Command::new("delv").arg("-v").output().is_ok();
+    if !found {
+        eprintln!("delv not installed: skipping (apt-get install bind9-dnsutils)");
+    }
+    found
+}
+
+/// A `delv` trust anchor file for `key` at the test zone.
+fn anchors(dir: &Path, key: &ZoneKey) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&key.public_key);
+    let alg = key.algorithm.number();
+    let text =
+        format!("trust-anchors {{ {ORIGIN} static-key {} 3 {alg} \"{b64}\"; }};\n", key.flags);
+    let path = dir.join("anchors.conf");
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// What `delv` prints for `name`/`qtype`, validating from `anchors` against the harness.
+fn delv(h: &Harness, anchors: &str, name: &str, qtype: &str) -> String {
+    let port = h.addr.port().to_string();
+    let out = std::process::Command::new("delv")
+        .args(["@127.0.0.1", "-p", &port, "-a", anchors, &format!("+root={ORIGIN}")])
+        .args([name, qtype])
+        .output()
+        .expect("delv runs");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The harness with the location data, so that every routing method has a profile.
+async fn every_method() -> Harness {
+    let defaults: Vec<(&str, &str)> = DEFAULT_PROFILES.to_vec();
+    Harness::location(&defaults).await
+}
+
+/// (name, type) pairs that `delv` must find fully validated.
+const VALIDATED: &[(&str, &str)] = &[
+    ("www", "A"),        // priority
+    ("www", "AAAA"),     // priority, the other family
+    ("api", "A"),        // weighted
+    ("pool", "A"),       // multivalue
+    ("global", "A"),     // nested
+    ("geo", "A"),        // geographic
+    ("fast", "A"),       // performance
+    ("office", "A"),     // subnet
+    ("ga-100-100", "A"), // groups
+    ("svc", "A"),        // zone
+    ("alias", "CNAME"),  // a profile's CNAME
+    ("docs", "A"),       // a static CNAME to a profile, followed in the zone
+    ("chain", "A"),      // static CNAMEs to a static name
+    ("mail", "MX"),      // static records
+    ("@", "SOA"),
+    ("@", "NS"),
+    ("@", "DNSKEY"),
+    ("@", "CDS"),
+    ("@", "CDNSKEY"),
+    ("missing", "A"), // NXDOMAIN, as compact denial
+    ("www", "TXT"),   // NODATA at a profile
+    ("b", "A"),       // NODATA at an empty non-terminal
+    ("mail", "A"),    // NODATA at a static name
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delv_validates_every_kind_of_answer() {
+    if !delv_installed() {
+        return;
+    }
+    let h = every_method().await;
+    for algorithm in [Algorithm::EcdsaP256Sha256, Algorithm::Ed25519] {
+        // A KSK and a ZSK, then one CSK.
+        let ksk = new_key(algorithm, FLAGS_KSK);
+        let layouts = [vec![ksk.clone(), new_key(algorithm, FLAGS_ZSK)], vec![ksk.clone()]];
+        for keys in layouts {
+            sign_zone(&h, &keys);
+            let anchors = anchors(h.dir.path(), &ksk);
+            for (name, qtype) in VALIDATED {
+                let out = delv(&h, &anchors, &fq(name), qtype);
+                // "; fully validated", or "; negative response, fully validated".
+                assert!(
+                    out.lines().any(|l| l.starts_with("; ") && l.ends_with("fully validated")),
+                    "{algorithm} with {} keys: {name} {qtype}:\n{out}",
+                    keys.len()
+                );
+            }
+        }
+    }
+    // Another key as trust anchor: nothing validates.
+    let stranger = new_key(Algorithm::EcdsaP256Sha256, FLAGS_KSK);
+    let anchors = anchors(h.dir.path(), &stranger);
+    let out = delv(&h, &anchors, &fq("www"), "A");
+    assert!(!out.contains("fully validated"), "{out}");
+    h.stop().await;
+}
+
+/// The RRSIGs of `section` covering `rtype`.
+fn rrsigs(section: &[Rr], rtype: u16) -> Vec<&Rr> {
+    section.iter().filter(|r| r.rtype == T_RRSIG && r.rdata[..2] == rtype.to_be_bytes()).collect()
+}
+
+/// The types set in an NSEC's bitmap (the next name at its start is skipped).
+fn nsec_types(rdata: &[u8]) -> Vec<u16> {
+    let (_, mut pos) = read_name(rdata, 0).unwrap();
+    let mut types = Vec::new();
+    while pos + 2 <= rdata.len() {
+        let (window, len) = (u16::from(rdata[pos]), usize::from(rdata[pos + 1]));
+        for (i, byte) in rdata[pos + 2..pos + 2 + len].iter().enumerate() {
+            for bit in 0..8 {
+                if byte & (0x80 >> bit) != 0 {
+                    types.push(window * 256 + (i * 8 + bit) as u16);
+                }
+            }
+        }
+        pos += 2 + len;
+    }
+    types
+}
+
+fn wire(r: &Reply) -> Wire {
+    Wire::parse(&r.raw).expect("a well-formed reply")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_answers_on_the_wire() {
+    let h = Harness::start().await;
+    let ksk = new_key(Algorithm::EcdsaP256Sha256, FLAGS_KSK);
+    let zsk = new_key(Algorithm::EcdsaP256Sha256, FLAGS_ZSK);
+    sign_zone(&h, &[ksk.clone(), zsk.clone()]);
+
+    // Without DO: no signatures, NXDOMAIN as ever, but the apex has its key sets.
+    let plain = wire(&h.udp(&Q::new(&fq("www"), T_A).edns()).await);
+    assert!(plain.answers.iter().all(|r| r.rtype == T_A), "{plain:?}");
+    let r = h.udp(&Q::new(&fq("missing"), T_A).edns()).await;
+    r.assert_negative(NXDOMAIN);
+    for (qtype, count) in [(T_DNSKEY, 2), (T_CDS, 1), (T_CDNSKEY, 1)] {
+        let w = wire(&h.udp(&Q::new(ORIGIN, qtype)).await);
+        assert_eq!(w.rcode(), NOERROR);
+        let records: Vec<_> = w.answers.iter().filter(|r| r.rtype == qtype).collect();
+        assert_eq!(records.len(), count, "{qtype}: {w:?}");
+        assert!(rrsigs(&w.answers, qtype).is_empty());
+    }
+    let cds = wire(&h.udp(&Q::new(ORIGIN, T_CDS)).await);
+    let origin = encode_name(ORIGIN);
+    assert_eq!(cds.answers[0].rdata, ksk.ds_rdata(&origin), "CDS is the KSK's SHA-256 DS");
+
+    // With DO: one RRSIG by the ZSK; the owner keeps the query's case.
+    let w = wire(&h.udp(&Q::new("wWw.Tm.Example.Test.", T_A).dnssec_ok()).await);
+    let sigs = rrsigs(&w.answers, T_A);
+    assert_eq!(sigs.len(), 1, "{w:?}");
+    let sig = &sigs[0].rdata;
+    assert_eq!(sig[2], 13, "algorithm");
+    assert_eq!(sig[3], 4, "labels of www.tm.example.test.");
+    assert_eq!(sig[16..18], zsk.key_tag.to_be_bytes());
+    assert_eq!(&sig[18..18 + origin.len()], &origin[..], "signer");
+    assert_eq!(sigs[0].name, encode_name("wWw.Tm.Example.Test."));
+    // The DNSKEY RRset is signed by the KSK.
+    let w = wire(&h.udp(&Q::new(ORIGIN, T_DNSKEY).dnssec_ok()).await);
+    let sigs = rrsigs(&w.answers, T_DNSKEY);
+    assert_eq!(sigs.len(), 1);
+    assert_eq!(sigs[0].rdata[16..18], ksk.key_tag.to_be_bytes());
+
+    // Compact denial: NOERROR, the SOA and an NSEC at the name saying NXNAME, each signed.
+    let name = fq("missing");
+    let w = wire(&h.udp(&Q::new(&name, T_A).dnssec_ok()).await);
+    assert_eq!(w.rcode(), NOERROR);
+    assert!(w.answers.is_empty());
+    let nsec: Vec<_> = w.authority.iter().filter(|r| r.rtype == T_NSEC).collect();
+    assert_eq!(nsec.len(), 1, "{w:?}");
+    assert_eq!(nsec[0].name, encode_name(&name));
+    assert_eq!(nsec[0].ttl, 30, "the negative TTL");
+    let next = [&[1u8, 0][..], &encode_name(&name)].concat();
+    assert!(nsec[0].rdata.starts_with(&next), "next name \\000.<qname>");
+    assert_eq!(nsec_types(&nsec[0].rdata), [T_RRSIG, T_NSEC, T_NXNAME]);
+    assert_eq!(rrsigs(&w.authority, T_NSEC).len(), 1);
+    assert_eq!(rrsigs(&w.authority, T_SOA).len(), 1);
+    let co_flag = |w: &Wire| w.opt().unwrap().ttl & 0x4000 != 0;
+    assert!(!co_flag(&w));
+    // With CO the RCODE stays NXDOMAIN, and CO is echoed.
+    let w = wire(&h.udp(&Q::new(&name, T_A).dnssec_ok().compact_ok()).await);
+    assert_eq!(w.rcode(), NXDOMAIN);
+    assert!(co_flag(&w));
+    assert_eq!(w.authority.iter().filter(|r| r.rtype == T_NSEC).count(), 1);
+
+    // NODATA: the types the name has, never the one asked.
+    let w = wire(&h.udp(&Q::new(&fq("www"), T_MX).dnssec_ok()).await);
+    assert_eq!(w.rcode(), NOERROR);
+    let nsec = w.authority.iter().find(|r| r.rtype == T_NSEC).expect("an NSEC");
+    assert_eq!(nsec_types(&nsec.rdata), [T_A, T_AAAA, T_RRSIG, T_NSEC]);
+    let w = wire(&h.udp(&Q::new(&fq("prio2"), T_AAAA).dnssec_ok()).await);
+    let nsec = w.authority.iter().find(|r| r.rtype == T_NSEC).expect("an NSEC");
+    assert_eq!(nsec_types(&nsec.rdata), [T_A, T_RRSIG, T_NSEC]);
+    let w = wire(&h.udp(&Q::new(&fq("mail"), T_A).dnssec_ok()).await);
+    let nsec = w.authority.iter().find(|r| r.rtype == T_NSEC).expect("an NSEC");
+    assert_eq!(nsec_types(&nsec.rdata), [T_MX, T_RRSIG, T_NSEC]);
+
+    // NXNAME is a meta-type: FORMERR. A name outside every zone stays REFUSED, unsigned.
+    let r = h.udp(&Q::new(&fq("www"), T_NXNAME).dnssec_ok()).await;
+    assert_eq!(r.rcode(), FORMERR);
+    let w = wire(&h.udp(&Q::new("www.elsewhere.test.", T_A).dnssec_ok()).await);
+    assert_eq!(w.rcode(), REFUSED);
+    assert!(w.answers.is_empty() && w.authority.is_empty());
+
+    // Glue is not signed.
+    let w = wire(&h.udp(&Q::new(ORIGIN, T_NS).dnssec_ok()).await);
+    assert_eq!(rrsigs(&w.answers, T_NS).len(), 1);
+    assert!(!w.additional.is_empty() && w.additional.iter().all(|r| r.rtype != T_RRSIG));
+    h.stop().await;
+}
+
+/// Signed answers that do not fit the client's UDP size are truncated, and complete over
+/// TCP. Each name here fits unsigned and not signed, at 512 bytes or at 1232.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_answers_too_large_for_udp_are_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    // Four TXT records of 255 bytes: about 1120 bytes unsigned.
+    let yaml = std::fs::read_to_string(dir.path().join("steerdns.yaml")).unwrap();
+    let wide: String =
+        (0..4).map(|i| format!("      - 'wide TXT \"{}\"'\n", "w".repeat(250 + i))).collect();
+    let yaml =
+        yaml.replace("    file: zones/extra.zone", &format!("{wide}    file: zones/extra.zone"));
+    std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+    let h = Harness::in_dir(dir).await;
+    // Two zone-signing keys: two RRSIGs per RRset.
+    let keys = [
+        new_key(Algorithm::EcdsaP256Sha256, FLAGS_KSK),
+        new_key(Algorithm::EcdsaP256Sha256, FLAGS_ZSK),
+        new_key(Algorithm::Ed25519, FLAGS_ZSK),
+        new_key(Algorithm::Ed25519, FLAGS_KSK),
+    ];
+    sign_zone(&h, &keys);
+    for (name, qtype, payload) in [(ORIGIN.to_string(), T_DNSKEY, 512), (fq("wide"), T_TXT, 1232)] {
+        let plain = h.tcp(&Q::new(&name, qtype).payload(payload)).await;
+        let signed = h.tcp(&Q::new(&name, qtype).payload(payload).dnssec_ok()).await;
+        let (plain_len, signed_len) = (plain.raw.len(), signed.raw.len());
+        assert!(plain_len <= usize::from(payload), "{name} unsigned: {plain_len} bytes");
+        assert!(signed_len > usize::from(payload), "{name} signed: {signed_len} bytes");
+        let udp = h.udp(&Q::new(&name, qtype).payload(payload)).await;
+        assert!(!udp.tc(), "{name} unsigned fits");
+        let udp = h.udp(&Q::new(&name, qtype).payload(payload).dnssec_ok()).await;
+        assert!(udp.tc() && udp.answers.is_empty(), "{name} signed: {udp:#?}");
+        assert!(!signed.tc());
+        assert_eq!(rrsigs(&wire(&signed).answers, qtype).len(), 2, "complete over TCP");
+    }
+    h.stop().await;
+}
