@@ -9,6 +9,7 @@ pub mod admin;
 pub mod conns;
 pub mod control;
 pub mod fdlimit;
+pub mod presign;
 pub mod rrl;
 pub mod tcp;
 pub mod totals;
@@ -45,7 +46,8 @@ pub struct Server {
     dns_addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     cancel: CancellationToken,
-    udp_threads: Vec<JoinHandle<()>>,
+    /// The UDP workers and the pre-signer, joined at shutdown.
+    threads: Vec<JoinHandle<()>>,
     tasks: JoinSet<()>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
@@ -72,10 +74,16 @@ impl Server {
             dns_addrs: Vec::new(),
             admin_addr: None,
             cancel,
-            udp_threads: Vec::new(),
+            threads: Vec::new(),
             tasks: JoinSet::new(),
             _watcher: None,
         };
+        match presign::spawn(server.control.shared.clone(), server.cancel.clone()) {
+            Ok(t) => server.threads.push(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the pre-signer; signing on demand only")
+            }
+        }
         if let Err(e) = server.start_listeners(&listen).await {
             server.shutdown().await;
             return Err(e);
@@ -153,7 +161,7 @@ impl Server {
                 .name(format!("udp-{}-{i}", actual.port()))
                 .spawn(move || udp::serve(sock, shared, limiter, cancel))
                 .map_err(|e| bind_err(addr, e))?;
-            self.udp_threads.push(t);
+            self.threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
         self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, cancel));
@@ -195,7 +203,7 @@ impl Server {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
-        let threads = std::mem::take(&mut self.udp_threads);
+        let threads = std::mem::take(&mut self.threads);
         let _ =
             tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
                 .await;
