@@ -305,3 +305,33 @@ async fn signed_answers_too_large_for_udp_are_truncated() {
     }
     h.stop().await;
 }
+
+/// The pre-signer fills the table after a load, queries take their signatures from it, and
+/// `/metrics` shows both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_come_presigned_and_are_counted() {
+    let h = Harness::with_admin(DEFAULT_PROFILES, None).await;
+    let before = scrape(h.admin(), None).await;
+    let presigned =
+        |p: &Prom| p.sum("steerdns_dnssec_signatures_total", &[("source", "presigned")]);
+    sign_zone(&h, &[new_key(Algorithm::Ed25519, FLAGS_KSK)]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while scrape(h.admin(), None).await.sum("steerdns_dnssec_presigned", &[]) == 0.0 {
+        assert!(std::time::Instant::now() < deadline, "no pre-signed table");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Counts are added in every 64 answers per thread: more than enough answers.
+    for i in 0..200 {
+        let name = ["www", "api", "info", "@"][i % 4];
+        let r =
+            h.udp(&Q::new(&fq(name), if name == "info" { T_TXT } else { T_A }).dnssec_ok()).await;
+        assert!(!r.answers.is_empty() || name == "@", "{name}: {r:#?}");
+    }
+    let after = scrape(h.admin(), None).await;
+    let signed = after.sum("steerdns_dnssec_signed_answers_total", &[]);
+    assert!(signed >= 64.0, "signed answers: {signed}");
+    assert!(presigned(&after) > presigned(&before), "signatures from the table");
+    let cached = after.sum("steerdns_dnssec_signatures_total", &[("source", "cache")]);
+    assert!(cached > 0.0, "signatures from the threads' caches");
+    h.stop().await;
+}
