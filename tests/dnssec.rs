@@ -335,3 +335,48 @@ async fn answers_come_presigned_and_are_counted() {
     assert!(cached > 0.0, "signatures from the threads' caches");
     h.stop().await;
 }
+
+/// A zone-signing key rollover by pre-publication (RFC 6781 §4.1.1.1), one reload per step:
+/// every step validates, and the answers are signed by the key active at that step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delv_validates_through_a_key_rollover() {
+    if !delv_installed() {
+        return;
+    }
+    let h = Harness::start().await;
+    let ksk = new_key(Algorithm::EcdsaP256Sha256, FLAGS_KSK);
+    let mut old = new_key(Algorithm::EcdsaP256Sha256, FLAGS_ZSK);
+    let mut new = new_key(Algorithm::EcdsaP256Sha256, FLAGS_ZSK);
+    let anchors = anchors(h.dir.path(), &ksk);
+    let far = 4_000_000_000;
+    let start = [ksk.clone(), old.clone()];
+    new.timing.activate = Some(far);
+    let published_new = [ksk.clone(), old.clone(), new.clone()];
+    new.timing.activate = None;
+    old.timing.inactive = Some(1);
+    let rolled = [ksk.clone(), old.clone(), new.clone()];
+    let retired = [ksk.clone(), new.clone()];
+    let steps: [(&str, &[ZoneKey], usize, u16); 4] = [
+        ("start", &start, 2, old.key_tag),
+        ("new key published", &published_new, 3, old.key_tag),
+        ("new key signing", &rolled, 3, new.key_tag),
+        ("old key removed", &retired, 2, new.key_tag),
+    ];
+    for (step, keys, published, signer) in steps {
+        sign_zone(&h, keys);
+        for (name, qtype) in [("www", "A"), ("missing", "A"), ("@", "DNSKEY"), ("@", "SOA")] {
+            let out = delv(&h, &anchors, &fq(name), qtype);
+            assert!(
+                out.lines().any(|l| l.starts_with("; ") && l.ends_with("fully validated")),
+                "{step}: {name} {qtype}:\n{out}"
+            );
+        }
+        let w = wire(&h.udp(&Q::new(ORIGIN, T_DNSKEY).dnssec_ok()).await);
+        assert_eq!(w.answers.iter().filter(|r| r.rtype == T_DNSKEY).count(), published, "{step}");
+        let w = wire(&h.udp(&Q::new(&fq("www"), T_A).dnssec_ok()).await);
+        let sigs = rrsigs(&w.answers, T_A);
+        assert_eq!(sigs.len(), 1, "{step}");
+        assert_eq!(sigs[0].rdata[16..18], signer.to_be_bytes(), "{step}: the signing key");
+    }
+    h.stop().await;
+}
