@@ -293,3 +293,57 @@ pub fn key_set(
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::path::Path;
+
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::model::dnssec::{Algorithm, FLAGS_KSK, ZoneSigning};
+    use crate::model::signing::tests::test_key;
+    use crate::responder::{Packet, Transport, respond};
+
+    /// A DO query for `name`, type A.
+    fn query(name: &str) -> Vec<u8> {
+        let mut q = vec![0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1];
+        for label in name.split('.').filter(|l| !l.is_empty()) {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        q.extend_from_slice(&[0, 0, 41, 4, 208, 0, 0, 0x80, 0, 0, 0]);
+        q
+    }
+
+    #[test]
+    fn past_the_budget_a_query_that_needs_a_new_signature_gets_no_reply() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut snap = crate::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
+        let keys = vec![test_key(Algorithm::Ed25519, FLAGS_KSK, 3)];
+        snap.zones[0].dnssec = Some(ZoneSigning { keys, validity: 86400, inception_offset: 0 });
+        // This thread may make three signatures, and never more.
+        LOCAL.with_borrow_mut(|l| l.budget = Budget::new(0, 3));
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let mut out = Vec::new();
+        let src: IpAddr = "127.0.0.1".parse().unwrap();
+        let dropped = COUNTS.dropped.load(Ordering::Relaxed);
+        let mut ask = |name: &str| {
+            let q = query(name);
+            let packet = Packet { bytes: &q, src, transport: Transport::Udp, now: 1_800_000_000 };
+            respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+        };
+        // www: its A RRset (one signature). Two names that do not exist: the SOA and one
+        // NSEC, then only an NSEC (the SOA's signature is cached).
+        assert!(ask("www.tm.example.test."));
+        assert!(ask("nx1.tm.example.test."));
+        assert!(!ask("nx2.tm.example.test."), "a fourth signature is over the budget");
+        assert!(!ask("nx3.tm.example.test."));
+        // Cached signatures need no budget.
+        assert!(ask("www.tm.example.test."));
+        assert!(ask("nx1.tm.example.test."));
+        assert!(COUNTS.dropped.load(Ordering::Relaxed) >= dropped + 2);
+    }
+}
