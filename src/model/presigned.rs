@@ -198,7 +198,7 @@ fn sign_part(
         for key in
             signing.keys.iter().filter(|key| signing::signs(signing, key, k.rtype, now.into()))
         {
-            let ck = signing::content_key(origin, key, &set);
+            let ck = signing::content_key(key, &set);
             let old = previous
                 .and_then(|t| t.sigs.get(&ck))
                 .filter(|s| s.fresh(now.saturating_add(ahead)));

@@ -145,11 +145,14 @@ impl Sign<'_> {
         lower.make_ascii_lowercase();
         let set = Rrset { owner: &lower, rtype: set.rtype, ttl: set.ttl, rdata: set.rdata };
         let origin = zone.origin.as_bytes();
+        let mut hash = None;
         for key in &signing.keys {
             if !signing::signs(signing, key, set.rtype, self.now.into()) {
                 continue;
             }
-            let Some(sig) = self.signature(signing, key, origin, &set)? else { continue };
+            let rrset = *hash.get_or_insert_with(|| signing::rrset_hash(&set));
+            let ck = rrset ^ signing::key_id(key);
+            let Some(sig) = self.signature(signing, key, origin, &set, ck)? else { continue };
             let head = signing::rrsig_head(key, set.owner, set.rtype, set.ttl, sig);
             let len = key.algorithm.signature_len();
             let parts: [&[u8]; 3] = [&head.bytes(), origin, &sig.bytes[..len]];
@@ -164,11 +167,11 @@ impl Sign<'_> {
         key: &crate::model::dnssec::ZoneKey,
         origin: &[u8],
         set: &Rrset<'_, I>,
+        ck: u128,
     ) -> Result<Option<Signature>, OverBudget>
     where
         I: Iterator<Item = &'a [u8]> + Clone,
     {
-        let ck = signing::content_key(origin, key, set);
         LOCAL.with_borrow_mut(|l| {
             if let Some(sig) = l.cache.get(ck, self.now) {
                 l.pending.cached += 1;
