@@ -6,6 +6,8 @@
 //!   NAMEs, without and with DO, the zone signed and pre-signed (the user-space part only).
 //!   `respond-once CONFIG plain|signed ROUNDS NAME...` answers them ROUNDS times in one mode,
 //!   for instruction counts under callgrind (`bench/dnssec.sh` says how).
+//! - `dnssec_bench presign CONFIG [THREADS]`: the time to pre-sign CONFIG's answers, then to
+//!   build the table again from the first (a reload with nothing changed).
 //! - `dnssec_bench serve CONFIG`: serves CONFIG with every zone signed by a fresh P-256 KSK
 //!   and ZSK (or Ed25519 with `--ed25519`), until killed; for dnsperf `-D`.
 //!
@@ -84,6 +86,11 @@ fn sign_rate(seconds: u64) {
 }
 
 fn serve(config: &str, algorithm: Algorithm) {
+    // The pre-signer logs how long it took.
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stderr)
+        .init();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let server = steerdns::server::Server::start(config.as_ref()).await.expect("starts");
@@ -139,6 +146,28 @@ fn respond_cost(config: &str, names: &[String], modes: &[bool], rounds: usize, p
     }
 }
 
+fn presign(config: &str, threads: usize) {
+    let mut snap = steerdns::config::load(config.as_ref(), None).expect("loads").snapshot;
+    for zone in &mut snap.zones {
+        zone.dnssec = Some(signing(Algorithm::EcdsaP256Sha256));
+    }
+    let now = steerdns::wire::cookie::unix_now();
+    let start = Instant::now();
+    let known = steerdns::model::presigned::known_rrsets(&snap, now.into());
+    let listed = start.elapsed();
+    let (table, built) = steerdns::model::presigned::build(&snap, &known, None, now, 3600, threads);
+    println!(
+        "{} RRsets listed in {listed:.2?}; {} signed on {threads} thread(s) in {:.2?}",
+        known.len(),
+        built.signed,
+        start.elapsed() - listed
+    );
+    let start = Instant::now();
+    let (_, again) =
+        steerdns::model::presigned::build(&snap, &known, Some(&table), now, 3600, threads);
+    println!("again from the first table: {} reused in {:.2?}", again.reused, start.elapsed());
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -149,6 +178,9 @@ fn main() {
         Some("respond-once") if args.len() >= 5 => {
             let signed = args[2] == "signed";
             respond_cost(&args[1], &args[4..], &[signed], args[3].parse().unwrap(), false)
+        }
+        Some("presign") if args.len() >= 2 => {
+            presign(&args[1], args.get(2).map_or(1, |s| s.parse().unwrap()))
         }
         Some("serve") if args.len() >= 2 => {
             let ed = args.iter().any(|a| a == "--ed25519");
