@@ -183,9 +183,12 @@ fn steerdns_keys_give_bind_the_same_ds_and_sign_a_zone() {
         std::fs::write(&zone, "$TTL 300\n@ SOA ns1 hostmaster.example.test. 1 3600 600 604800 300\n@ NS ns1\nns1 A 192.0.2.53\n").unwrap();
         let signed = dir.path().join("signed.db");
         let csk = if layout { &[][..] } else { &["-z"][..] };
+        // `-d`: the dsset file it writes goes there, not into the working directory.
         let sign = Command::new("dnssec-signzone")
             .args(["-S", "-K"])
             .arg(&keys)
+            .arg("-d")
+            .arg(dir.path())
             .args(csk)
             .args(["-o", ZONE, "-f"])
             .arg(&signed)
