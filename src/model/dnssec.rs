@@ -268,6 +268,9 @@ pub fn key_tag(dnskey_rdata: &[u8]) -> u16 {
 /// How a zone is signed: its keys and the signatures' timing.
 #[derive(Clone, Debug)]
 pub struct ZoneSigning {
+    /// The keys published when the configuration was loaded (a key whose time comes
+    /// later is added or removed by a reload at that time); a key signs while it has a
+    /// signer and `timing.active(now)`.
     pub keys: Vec<ZoneKey>,
     /// How long a signature is valid from its inception (seconds).
     pub validity: u32,
