@@ -1,5 +1,7 @@
 //! What the CLI subcommands do, kept out of `main.rs` so tests can call them.
 
+pub mod dnssec;
+
 use std::net::IpAddr;
 use std::path::Path;
 

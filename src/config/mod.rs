@@ -9,8 +9,10 @@
 
 mod check;
 mod cookies;
+pub mod dnssec;
 mod files;
 mod geographic;
+pub mod keyfile;
 mod monitor;
 mod par;
 mod profiles;
@@ -57,11 +59,13 @@ impl Loaded {
 }
 
 /// What a reload needs of the load before it, besides its snapshot: the profiles directory
-/// (which the file watcher watches) and each profile file read, with the profiles it gave,
-/// so that the reload can take over the unchanged ones.
+/// and the key directories (which the file watcher watches), when key timing next calls
+/// for a load, and each profile file read, with the profiles it gave, so that the reload
+/// can take over the unchanged ones.
 #[derive(Debug, Default)]
 pub struct ReloadCache {
     pub profiles_dir: PathBuf,
+    pub keys: dnssec::KeyWatch,
     files: Vec<reuse::ProfileFile>,
 }
 
@@ -106,8 +110,9 @@ fn load_with(
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut keys = dnssec::KeyWatch::default();
     let (listen, mut zones, world, profiles_dir, limits) =
-        server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+        server(&mut Sink { file: path, errors: &mut errors }, &raw, &base, &mut keys);
     let cookies =
         cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
     let rate_limit =
@@ -140,26 +145,29 @@ fn load_with(
     if let Some(d) = dropping {
         let _ = d.join();
     }
-    Ok(Loaded { snapshot, cache: ReloadCache { profiles_dir, files } })
+    Ok(Loaded { snapshot, cache: ReloadCache { profiles_dir, keys, files } })
 }
 
-/// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles), the
-/// location data, the profiles directory and the file size limits.
+/// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles; with
+/// their keys, whose directories and timing go to `keys`), the location data, the profiles
+/// directory and the file size limits.
 fn server(
     sink: &mut Sink<'_>,
     raw: &RawServer,
     base: &Path,
+    keys: &mut dnssec::KeyWatch,
 ) -> (Listen, Vec<Zone>, World, PathBuf, Limits) {
     let limits = limits(sink, raw);
     let mut listen = listen(sink, raw);
     listen.admin_token = admin_token(sink, raw, base);
     listen.admin_limits = admin_limits(sink, raw);
     check_admin_exposure(sink, raw, &listen);
+    let now = unix_now();
     let zones: Vec<Zone> = raw
         .zones
         .value
         .iter()
-        .filter_map(|z| zones::build(sink, z, base, limits.zone_file))
+        .filter_map(|z| zones::build(sink, z, base, limits.zone_file, now, keys))
         .collect();
     if raw.zones.value.is_empty() {
         sink.on(&raw.zones, "at least one zone is needed");
@@ -445,8 +453,12 @@ fn assign_slots(profiles: &mut [Profile]) -> Vec<Status> {
     statuses
 }
 
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 fn set_serials(zones: &mut [Zone], profiles: &[Profile], previous: Option<&Snapshot>) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = unix_now();
     for (i, zone) in zones.iter_mut().enumerate() {
         zone.fingerprint = fingerprint(zone, profiles.iter().filter(|p| p.zone == i));
         let prev = previous
@@ -469,6 +481,15 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
         sum.wrapping_add(nh.finish())
     });
     (zone.nodes.len(), nodes).hash(&mut h);
+    // The keys decide the DNSKEY RRset and the signatures.
+    if let Some(s) = &zone.dnssec {
+        (s.validity, s.inception_offset, s.keys.len()).hash(&mut h);
+        for k in &s.keys {
+            let t = k.timing;
+            (k.flags, k.algorithm, &k.public_key, k.signer.is_some()).hash(&mut h);
+            (t.publish, t.activate, t.inactive, t.delete).hash(&mut h);
+        }
+    }
     for p in profiles {
         (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
             .hash(&mut h);

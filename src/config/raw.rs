@@ -140,6 +140,16 @@ pub struct RawZone {
     #[serde(default)]
     pub records: Vec<Loc<String>>,
     pub file: Option<Loc<String>>,
+    pub dnssec: Option<Loc<RawDnssec>>,
+}
+
+/// `zones[].dnssec:`: where the zone's keys are, and how long signatures last.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDnssec {
+    pub keys: Loc<String>,
+    pub signature_validity: Option<Loc<String>>,
+    pub inception_offset: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 
 use super::rrl::Limiter;
 use super::totals::Totals;
@@ -25,6 +26,9 @@ pub struct Control {
     /// The counts of response rate limiting, kept across reloads.
     pub limiter: Arc<Limiter>,
     pub totals: Totals,
+    /// When the running configuration's key timing next changes its keys (Unix seconds),
+    /// for the reload that applies it (`key_timing`).
+    next_key_change: watch::Sender<Option<u64>>,
     /// Serialises reloads; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -47,6 +51,7 @@ impl Control {
             prober,
             limiter: Arc::default(),
             totals: Totals::default(),
+            next_key_change: watch::Sender::new(first.cache.keys.next_change),
             reloading: Mutex::new(Reloading { cache: first.cache, retiring: None }),
         }
     }
@@ -84,6 +89,7 @@ impl Control {
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
         self.shared.store(Arc::new(next));
         self.totals.retire(&current);
+        self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
         state.retiring = retire_aside(current);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
@@ -101,6 +107,17 @@ impl Control {
     /// The profiles directory of the running configuration.
     pub fn profiles_dir(&self) -> PathBuf {
         self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.profiles_dir.clone()
+    }
+
+    /// The key directories of the running configuration.
+    pub fn key_dirs(&self) -> Vec<PathBuf> {
+        self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.keys.dirs.clone()
+    }
+
+    /// When key timing next changes the running configuration's keys, and every change
+    /// of that time.
+    pub fn next_key_change(&self) -> watch::Receiver<Option<u64>> {
+        self.next_key_change.subscribe()
     }
 
     /// Configuration keys whose change needs a restart (listeners are bound once).

@@ -3,12 +3,13 @@
 //!
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
 //! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
-//! SIGHUP or `admin`), and `admin` serves the HTTP API.
+//! SIGHUP, `admin` or `key_timing`), and `admin` serves the HTTP API.
 
 pub mod admin;
 pub mod conns;
 pub mod control;
 pub mod fdlimit;
+pub mod key_timing;
 pub mod rrl;
 pub mod tcp;
 pub mod totals;
@@ -80,6 +81,7 @@ impl Server {
             server.shutdown().await;
             return Err(e);
         }
+        server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
             Ok(w) => Some(w),
             Err(e) => {
