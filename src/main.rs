@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use steerdns::config::schema::Document;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -52,6 +53,11 @@ enum Command {
         #[arg(short, long, default_value = "steerdns.yaml")]
         config: PathBuf,
     },
+    /// Print the JSON Schema of steerdns.yaml or of a profile document, for editors.
+    Schema {
+        #[arg(value_enum)]
+        document: SchemaDocument,
+    },
     /// Geo database tools.
     Geo {
         #[command(subcommand)]
@@ -97,6 +103,14 @@ enum KeyAlgorithm {
     Ed25519,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum SchemaDocument {
+    /// steerdns.yaml.
+    Config,
+    /// One document of a profile file.
+    Profile,
+}
+
 #[derive(Subcommand)]
 enum GeoCommand {
     /// Compile a CSV (network,continent,country,subdivision,latitude,longitude) into an MMDB.
@@ -132,6 +146,14 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+        Command::Schema { document } => {
+            let document = match document {
+                SchemaDocument::Config => Document::Config,
+                SchemaDocument::Profile => Document::Profile,
+            };
+            print!("{}", steerdns::commands::schema(document));
+            ExitCode::SUCCESS
         }
         Command::Geo { command: GeoCommand::Build { input, output } } => {
             match steerdns::geo::build(&input, &output) {

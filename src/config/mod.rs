@@ -20,6 +20,7 @@ mod rate_limit;
 pub mod raw;
 mod reuse;
 mod rules;
+pub mod schema;
 mod world;
 mod yaml;
 mod zones;
