@@ -30,6 +30,8 @@ pub struct RawServer {
     pub profiles: Option<Loc<String>>,
     // Size limits of the files a load reads.
     pub limits: Option<RawLimits>,
+    /// Where run-time overrides (drain, weight) are kept.
+    pub state_file: Option<Loc<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -48,10 +50,20 @@ pub struct RawListen {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub token_file: Option<Loc<String>>,
+    /// Named tokens, so that the admin API can say who made a change.
+    pub tokens: Option<Loc<Vec<Loc<RawToken>>>>,
     // Exposure and limits of the admin listener.
     pub allow_unauthenticated: Option<Loc<bool>>,
     pub max_connections: Option<Loc<Int>>,
     pub header_read_timeout: Option<Loc<String>>,
+}
+
+/// One of `admin.tokens`: a name and the file holding its token.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    pub name: Loc<String>,
+    pub file: Loc<String>,
 }
 
 /// `rate_limit:`: response rate limiting of UDP answers.

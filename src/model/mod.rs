@@ -4,6 +4,7 @@
 //! never changed after a load (statuses and counters are atomics).
 
 pub mod counters;
+pub mod events;
 pub mod health;
 pub mod profile;
 pub mod snapshot;
@@ -12,5 +13,5 @@ pub mod zone;
 pub use counters::{Outcome, QueryCounters, Tally};
 pub use health::{HealthTable, HealthView, Status};
 pub use profile::*;
-pub use snapshot::{AdminLimits, Listen, Snapshot, TcpLimits};
+pub use snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
 pub use zone::Zone;
