@@ -1,7 +1,8 @@
 //! The immutable model the query path reads: profiles and their endpoints, zones and their
 //! records, endpoint statuses, and the snapshot that bundles one configuration with its
 //! health table and query counters. Built by `config`, read by `routing` and the responder,
-//! never changed after a load (statuses and counters are atomics).
+//! never changed after a load (statuses and counters are atomics). `events` is the one part
+//! outside the snapshot: the recent status changes and operator actions.
 
 pub mod counters;
 pub mod events;
