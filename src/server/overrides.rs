@@ -70,16 +70,18 @@ pub fn event(change: Change, state: &OverrideState, weights: (u32, u32), by: &st
     }
 }
 
-/// The log line of a change: who changed what.
+/// The log line of a change: who changed what (and, for weights, from what to what).
 pub fn log(change: Change, state: &OverrideState, weights: (u32, u32), by: &str) {
-    tracing::info!(
-        profile = %state.profile,
-        endpoint = %state.endpoint,
-        action = change.kind().as_str(),
-        weight = weights.1,
-        by,
-        "endpoint override changed"
-    );
+    let (profile, endpoint, action) = (&state.profile, &state.endpoint, change.kind().as_str());
+    match change {
+        Change::Weight(_) | Change::ClearWeight => tracing::info!(
+            %profile, %endpoint, action, from = weights.0, to = weights.1, by,
+            "endpoint override changed"
+        ),
+        Change::Drain | Change::Undrain => {
+            tracing::info!(%profile, %endpoint, action, by, "endpoint override changed")
+        }
+    }
 }
 
 /// The event of an override a load could not apply.
