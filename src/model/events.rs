@@ -1,4 +1,4 @@
-//! The recent events operators and the status page read (`GET /api/v1/events`): endpoint
+//! The recent events operators and status pages read (`GET /api/v1/events`): endpoint
 //! status changes from the prober, and run-time overrides set or dropped. A bounded list,
 //! numbered from 1 in the order recorded, under a mutex the query path never takes.
 
