@@ -59,7 +59,24 @@ fn with_cookie(name: &str, subnet: &str) -> Vec<u8> {
 #[test]
 fn responder_allocates_nothing_per_query() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
+    let loaded = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap();
+    // The same configuration with run-time overrides: drained endpoints met by the
+    // priority, geographic (compiled) and subnet lookups, and a run-time weight.
+    let mut overrides = steerdns::config::Overrides::default();
+    let drained = steerdns::config::Override { drained: true, weight: None };
+    for (profile, endpoint) in [("www", "primary"), ("geo", "us-west"), ("office", "vpn")] {
+        overrides.set(&format!("{profile}.tm.example.test."), endpoint, drained);
+    }
+    let weighed = steerdns::config::Override { drained: false, weight: Some(7) };
+    overrides.set("api.tm.example.test.", "site-b", weighed);
+    let overridden = steerdns::config::rebuild(loaded.previous(), &overrides);
+    assert!(overridden.dropped.is_empty(), "{:?}", overridden.dropped);
+    for snap in [&loaded.snapshot, &overridden.snapshot] {
+        allocates_nothing(snap);
+    }
+}
+
+fn allocates_nothing(snap: &steerdns::model::Snapshot) {
     let queries = [
         query("www.tm.example.test.", RecordType::A, None),
         query("api.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
@@ -85,7 +102,7 @@ fn responder_allocates_nothing_per_query() {
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut ask = |q: &[u8]| {
         let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
-        respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+        respond(snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: the output buffer reaches its working size.
     for q in &queries {

@@ -46,6 +46,8 @@ pub struct RawServer {
     pub profiles: Option<Loc<String>>,
     // Size limits of the files a load reads.
     pub limits: Option<RawLimits>,
+    /// Where run-time overrides (drain, weight) are kept.
+    pub state_file: Option<Loc<String>>,
 }
 
 /// `listen:`. A change of any key needs a restart.
@@ -87,6 +89,8 @@ pub struct RawAdmin {
     /// File holding the bearer token every admin call but `/healthz` needs (surrounding
     /// white space ignored). Read at every load, so a reload applies a new token.
     pub token_file: Option<Loc<String>>,
+    /// Named tokens, so that the admin API can say who made a change.
+    pub tokens: Option<Loc<Vec<Loc<RawToken>>>>,
     // Exposure and limits of the admin listener.
     /// Allow `listen.admin` on an address other than loopback without `token_file`
     /// (default false: that is an error).
@@ -97,6 +101,17 @@ pub struct RawAdmin {
     /// between requests (default 10s).
     #[schemars(with = "Option<DurationText>")]
     pub header_read_timeout: Option<Loc<String>>,
+}
+
+/// One of `admin.tokens`: a name and the file holding its token.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Token")]
+pub struct RawToken {
+    /// Who holds the token: the name the admin API records with each change it makes.
+    pub name: Loc<String>,
+    /// File holding the token (surrounding white space ignored).
+    pub file: Loc<String>,
 }
 
 /// `rate_limit:`: response rate limiting of UDP answers.

@@ -22,13 +22,28 @@ use crate::wire::name::{WireName, suffix_offset};
 pub struct Listen {
     pub dns: Vec<SocketAddr>,
     pub admin: Option<SocketAddr>,
-    /// Bearer token the admin API requires (from `admin.token_file`), if any.
-    pub admin_token: Option<String>,
+    /// Bearer tokens the admin API accepts (`admin.token_file`, named `admin`, and
+    /// `admin.tokens`); none: the API needs no token.
+    pub admin_tokens: Vec<AdminToken>,
     /// UDP sockets (and threads) per `dns` address; `None`: one per core.
     pub udp_threads: Option<usize>,
     pub tcp: TcpLimits,
     /// Limits of the admin listener (from `admin:`).
     pub admin_limits: AdminLimits,
+}
+
+/// A bearer token of the admin API and the name changes made with it are recorded under.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    pub name: String,
+    pub secret: String,
+}
+
+// Without the secret: listeners are logged with `{:?}`.
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken").field("name", &self.name).finish_non_exhaustive()
+    }
 }
 
 /// What one DNS client may hold of the TCP front end (`listen.tcp_*`).

@@ -3,13 +3,15 @@
 //!
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
 //! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
-//! SIGHUP, `admin` or `key_timing`), and `admin` serves the HTTP API.
+//! SIGHUP, `admin` or `key_timing`) and override changes (`overrides`, from `admin`), and
+//! `admin` serves the HTTP API.
 
 pub mod admin;
 pub mod conns;
 pub mod control;
 pub mod fdlimit;
 pub mod key_timing;
+pub mod overrides;
 pub mod rrl;
 pub mod tcp;
 pub mod totals;
@@ -27,6 +29,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ConfigErrors};
+use crate::model::events::Events;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use conns::Conns;
@@ -66,8 +69,9 @@ impl Server {
         let listen = loaded.snapshot.listen.clone();
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
-        let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone()));
-        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded, prober));
+        let events = Arc::new(Events::default());
+        let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone(), events.clone()));
+        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded, prober, events));
         let mut server = Server {
             control,
             dns_addrs: Vec::new(),
@@ -114,7 +118,7 @@ impl Server {
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
             let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
             tracing::info!(%actual, "admin API listening");
-            if !addr.ip().is_loopback() && listen.admin_token.is_none() {
+            if !addr.ip().is_loopback() && listen.admin_tokens.is_empty() {
                 // Only with `admin.allow_unauthenticated: true`: the load refuses it otherwise.
                 tracing::warn!(%actual, "admin API reachable from other hosts without a token (admin.allow_unauthenticated)");
             }

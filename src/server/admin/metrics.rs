@@ -92,6 +92,7 @@ pub fn render(control: &Control) -> String {
         },
     ];
     gauges.extend(endpoint_status_gauges(&snap));
+    gauges.extend(override_gauges(&snap));
     gauges.extend(probe_gauges(prober, &states));
     let histograms = probe_histograms(prober);
     let mut registry = prometheus_client::registry::Registry::default();
@@ -102,7 +103,8 @@ pub fn render(control: &Control) -> String {
     out
 }
 
-/// One series per endpoint, value 1, labelled with its current status.
+/// One series per endpoint, value 1, labelled with its current status (a drained
+/// endpoint's is what its probes say; `steerdns_endpoint_drained` says it is drained).
 fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
     let ctx = Ctx::of(snap);
     snap.profiles
@@ -114,11 +116,38 @@ fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
             labels: vec![
                 ("profile", p.name.clone()),
                 ("endpoint", ep.name.clone()),
-                ("status", status::endpoint_status(ctx, ep).as_str().to_string()),
+                ("status", status::health_status(ctx, ep).as_str().to_string()),
             ],
             value: 1.0,
         })
         .collect()
+}
+
+/// One series per drained endpoint (value 1) and per run-time weight (its value).
+fn override_gauges(snap: &Snapshot) -> Vec<Gauge> {
+    let mut out = Vec::new();
+    for p in &snap.profiles {
+        for ep in p.endpoints.iter().filter(|e| e.drained || e.weight_override.is_some()) {
+            let labels = vec![("profile", p.name.clone()), ("endpoint", ep.name.clone())];
+            if ep.drained {
+                out.push(Gauge {
+                    name: "steerdns_endpoint_drained",
+                    help: "1 for each endpoint drained at run time (it takes no answers)",
+                    labels: labels.clone(),
+                    value: 1.0,
+                });
+            }
+            if let Some(w) = ep.weight_override {
+                out.push(Gauge {
+                    name: "steerdns_endpoint_weight_override",
+                    help: "The weight set at run time, for each endpoint that has one",
+                    labels,
+                    value: f64::from(w),
+                });
+            }
+        }
+    }
+    out
 }
 
 fn probe_counters(states: &[EndpointState]) -> Vec<(Series, u64)> {
