@@ -1,4 +1,4 @@
-//! A small HTTP/1.1 client for the admin API.
+//! A small HTTP/1.1 client for the admin API, and a minimal HTTP backend for probes.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -128,5 +128,45 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
         }
         out.extend_from_slice(b.get(..size).ok_or("short chunk")?);
         b = b.get(size + 2..).ok_or("short chunk trailer")?;
+    }
+}
+
+/// A real HTTP backend for health probes: answers every request `200 OK` until `stop`,
+/// after which its port refuses connections.
+pub struct HttpBackend {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpBackend {
+    pub async fn start(ip: &str) -> HttpBackend {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind backend");
+        let addr = listener.local_addr().expect("backend address");
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let reply =
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                    let _ = conn.write_all(reply.as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        HttpBackend { addr, task }
+    }
+
+    /// Closes the listening socket: probes then get "connection refused".
+    pub async fn stop(self) {
+        self.task.abort();
+        // Wait for the task to be dropped, so the port is closed when this returns.
+        let _ = self.task.await;
     }
 }
