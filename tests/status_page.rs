@@ -16,6 +16,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -253,7 +254,9 @@ impl Browser {
         };
         let guard = ONE_BROWSER.lock().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Its own process group, with the browser it starts, so that `drop` can end both.
         let driver = Command::new(driver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -396,9 +399,18 @@ impl Browser {
         assert!(errors.is_empty(), "console errors: {errors:#?}");
     }
 
-    async fn close(mut self) {
+    /// Ends the session (the browser quits); `drop` then ends chromedriver.
+    async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
+    }
+}
+
+impl Drop for Browser {
+    /// Ends chromedriver's process group: chromedriver and any browser left running, also
+    /// when a test fails before `close`.
+    fn drop(&mut self) {
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
         let _ = self.driver.wait();
     }
 }
