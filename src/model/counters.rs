@@ -141,6 +141,16 @@ impl QueryCounters {
         })
     }
 
+    /// Every query counted for profile `id`, whatever its type and code (0 for an
+    /// unknown id): one row, so the admin API's per-profile figures stay cheap.
+    pub fn profile_queries(&self, id: ProfileId) -> u64 {
+        if id >= self.profiles {
+            return 0;
+        }
+        let row = &self.queries[id * CELLS..(id + 1) * CELLS];
+        row.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
     /// How often the endpoint in health slot `slot` was in an answer.
     pub fn answers(&self, slot: usize) -> u64 {
         self.answers.get(slot).map_or(0, |n| n.load(Ordering::Relaxed))
@@ -266,6 +276,11 @@ mod tests {
         }
         tally.flush(&tallied);
         assert_eq!(values(&tallied), values(&direct));
+        let per_profile: u64 = (0..300).map(|p| direct.profile_queries(p)).sum();
+        let counted: u64 = direct.queries().map(|q| q.count).sum();
+        let outside_profiles = outcomes.iter().filter(|o| o.profile.is_none()).count() as u64;
+        assert_eq!(per_profile, counted - outside_profiles);
+        assert_eq!(direct.profile_queries(300), 0);
         assert_eq!(values(&direct).2, [2500, 2500]);
     }
 }

@@ -1,4 +1,4 @@
-//! A small HTTP/1.1 client for the admin API.
+//! A small HTTP/1.1 client for the admin API, and a minimal HTTP backend for probes.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -146,10 +146,12 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// A real HTTP backend for health probes: answers every request with the status set last
-/// (200 at first) and closes the connection.
+/// (200 at first) and closes the connection, until `stop`, after which its port refuses
+/// connections.
 pub struct HttpBackend {
     pub addr: SocketAddr,
     status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl HttpBackend {
@@ -160,7 +162,7 @@ impl HttpBackend {
         let addr = listener.local_addr().expect("backend address");
         let status = std::sync::Arc::new(AtomicU16::new(200));
         let answer_with = status.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let status = answer_with.load(Ordering::SeqCst);
                 tokio::spawn(async move {
@@ -180,11 +182,18 @@ impl HttpBackend {
                 });
             }
         });
-        HttpBackend { addr, status }
+        HttpBackend { addr, status, task }
     }
 
     /// The status every later request gets.
     pub fn set(&self, status: u16) {
         self.status.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Closes the listening socket: probes then get "connection refused".
+    pub async fn stop(self) {
+        self.task.abort();
+        // Wait for the task to be dropped, so the port is closed when this returns.
+        let _ = self.task.await;
     }
 }

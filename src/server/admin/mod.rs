@@ -1,5 +1,6 @@
-//! The admin HTTP API (axum): health, Prometheus metrics, profile status, explain, reload,
-//! run-time overrides of endpoints and the event list. Everything but `/healthz` requires
+//! The admin HTTP API (axum): health, Prometheus metrics, profile status, answer counts,
+//! explain, reload, run-time overrides of endpoints and the event list, and the status page
+//! that shows them in a browser. Everything but `/healthz` and the page's own files requires
 //! a bearer token when any is configured; the token's name says who made a change.
 //! Handlers read the running snapshot and the prober through `Control`.
 //!
@@ -11,7 +12,10 @@
 mod events;
 pub mod metrics;
 mod overrides;
+mod page;
 pub mod probes;
+pub mod select;
+pub mod stats;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -32,6 +36,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 
+use self::select::{ListParams, SelectError, Selected};
 use super::control::Control;
 use crate::model::health::Status;
 use crate::model::snapshot::{AdminLimits, Snapshot};
@@ -58,6 +63,7 @@ pub fn router(control: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/profiles", get(profiles))
         .route("/api/v1/profiles/{name}", get(profile))
+        .route("/api/v1/stats", get(stats))
         .route("/api/v1/explain", get(explain_query))
         .route("/api/v1/reload", post(reload))
         .route("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", post(overrides::drain))
@@ -70,6 +76,9 @@ pub fn router(control: Shared) -> Router {
         .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(page::index))
+        .route("/ui/app.js", get(page::app_js))
+        .route("/ui/style.css", get(page::style_css))
         .merge(api)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
         .layer(RequestBodyLimitLayer::new(MAX_BODY))
@@ -197,11 +206,45 @@ async fn metrics(State(c): State<Shared>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
-async fn profiles(State(c): State<Shared>) -> Json<Value> {
+/// Every profile, or with any of `q`, `status`, `offset`, `limit` one page of the
+/// matching ones with the counts a pager needs.
+async fn profiles(State(c): State<Shared>, Query(params): Query<ListParams>) -> Response {
     let snap = c.snapshot();
+    if params.is_empty() {
+        let list: Vec<Value> =
+            snap.profiles.iter().enumerate().map(|(i, p)| summary(&snap, i, p)).collect();
+        return Json(json!({ "generation": snap.generation, "profiles": list })).into_response();
+    }
+    let selected = match selection(&snap, &params) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
     let list: Vec<Value> =
-        snap.profiles.iter().enumerate().map(|(i, p)| summary(&snap, i, p)).collect();
-    Json(json!({ "generation": snap.generation, "profiles": list }))
+        selected.ids.iter().map(|&i| summary(&snap, i, &snap.profiles[i])).collect();
+    Json(json!({
+        "generation": snap.generation,
+        "total": selected.total,
+        "offset": selected.offset,
+        "limit": selected.limit,
+        "statuses": selected.statuses,
+        "profiles": list,
+    }))
+    .into_response()
+}
+
+/// Answer counts of the profiles selected as for `/api/v1/profiles`.
+async fn stats(State(c): State<Shared>, Query(params): Query<ListParams>) -> Response {
+    let snap = c.snapshot();
+    match selection(&snap, &params) {
+        Ok(selected) => Json(stats::render(&c, &snap, &selected)).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+fn selection(snap: &Snapshot, params: &ListParams) -> Result<Selected, SelectError> {
+    let sel = params.selection()?;
+    let names = snap.profiles.iter().map(|p| p.name.as_str());
+    Ok(select::select(names, |id| profile_status(snap, id), &sel))
 }
 
 fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
