@@ -13,7 +13,7 @@ use crate::model::snapshot::Snapshot;
 use crate::model::zone::{Node, Zone};
 use crate::model::{Outcome, Target};
 use crate::routing::{self, Asked, Client, Ctx, Decision, Trace};
-use crate::wire::cookie::{ReplyCookie, Verdict};
+use crate::wire::cookie::ReplyCookie;
 use crate::wire::name::NameText;
 use crate::wire::request::{self, Ecs, Parsed, Request};
 use crate::wire::response::{EDNS_PAYLOAD, EcsEcho, Header, Opt, Owner, Section, Writer};
@@ -78,7 +78,7 @@ pub fn respond<R: Rng + ?Sized>(
             // a truncated one too.
             let cookie = req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes));
             let cookie = cookie.map(|c| snap.cookies.reply(&c, packet.src, packet.now));
-            outcome.proven_source = cookie.is_some_and(|(_, v)| v == Verdict::Valid);
+            outcome.cookie = cookie.map(|(_, v)| v);
             let reply = Reply { req: &req, cookie: cookie.as_ref().map(|(c, _)| c) };
             let scope = answer(snap, ctx, &reply, packet.src, rng, out, &mut outcome);
             if out.len() > usize::from(limit) {
