@@ -1,6 +1,7 @@
 //! DNS cookies over real UDP: `dig +cookie` finds the server cookie good, a replica with the
 //! same secret accepts another's cookie, a rotated secret keeps the old one valid while it
-//! is the previous secret, and a malformed COOKIE option is FORMERR.
+//! is the previous secret, a malformed COOKIE option is FORMERR, and `/metrics` counts
+//! queries by their cookie. (BIND's resolver returning our cookies: `tests/named.rs`.)
 
 mod common;
 
@@ -161,6 +162,33 @@ async fn replicas_share_a_secret_and_a_rotation_keeps_the_previous_one_valid() {
     assert_eq!(exchange(&one, &fresh).await, fresh, "the new secret's cookie is");
     one.stop().await;
     other.stop().await;
+}
+
+/// `steerdns_cookie_queries_total` by kind: absent, client_only, valid, invalid.
+async fn cookie_counts(h: &Harness) -> [f64; 4] {
+    let m = scrape(h.admin(), None).await;
+    ["absent", "client_only", "valid", "invalid"]
+        .map(|kind| m.sum("steerdns_cookie_queries_total", &[("cookie", kind)]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_are_counted_by_their_cookie() {
+    let h = Harness::with_admin(DEFAULT_PROFILES, None).await;
+    let before = cookie_counts(&h).await;
+    h.udp(&Q::new(&fq("www"), T_A)).await;
+    h.udp(&Q::new(&fq("www"), T_A).edns()).await;
+    let issued = exchange(&h, &CLIENT).await;
+    for _ in 0..3 {
+        exchange(&h, &issued).await;
+    }
+    let forged = [&CLIENT[..], &[1, 0, 0, 0], &[0; 12]].concat();
+    for _ in 0..4 {
+        exchange(&h, &forged).await;
+    }
+    let after = cookie_counts(&h).await;
+    let counted: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert_eq!(counted, [2.0, 1.0, 3.0, 4.0], "absent, client only, valid, invalid");
+    h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

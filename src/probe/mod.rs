@@ -28,6 +28,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use check::Reason;
+
+/// The HTTP response reader, for the `probe_http` fuzz target in `fuzz/` alone: it feeds
+/// the reader from memory and checks its limits.
+#[doc(hidden)]
+pub mod http_reader {
+    pub use super::http::{HttpError, MAX_CHUNK_LINE, MAX_HEAD, MAX_INTERIM, read_response};
+}
 pub use live::{ProbeResult, StatusChange};
 pub use plan::{ProbeKey, ProbeTarget};
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};

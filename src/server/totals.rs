@@ -118,6 +118,9 @@ fn counter_series(s: &Snapshot) -> Vec<(Series, u64)> {
     for (n, state) in c.ecs().into_iter().zip(["absent", "present"]) {
         out.push((Series::new("steerdns_ecs_queries", vec![("ecs", state.to_string())]), n));
     }
+    for (n, kind) in c.cookies().into_iter().zip(["absent", "client_only", "valid", "invalid"]) {
+        out.push((Series::new("steerdns_cookie_queries", vec![("cookie", kind.to_string())]), n));
+    }
     out
 }
 

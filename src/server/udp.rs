@@ -112,7 +112,7 @@ pub fn serve(
                 // Only what is sent is counted: a dropped answer shows in the limiter's
                 // counts alone, a slipped one hands out no endpoint.
                 if let Some(limit) = &snap.rate_limit
-                    && !outcome.proven_source
+                    && !outcome.proven_source()
                     && limit.exempt.lookup(src.ip()).value.is_none()
                 {
                     match limiter.check(limit, src.ip(), now) {

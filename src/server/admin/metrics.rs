@@ -43,6 +43,10 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("steerdns_answers", "Endpoints handed out in answers, by profile and endpoint"),
     ("steerdns_ecs_queries", "Queries with and without EDNS Client Subnet"),
+    (
+        "steerdns_cookie_queries",
+        "Queries by their DNS cookie: none, client cookie only, valid or invalid server cookie",
+    ),
     ("steerdns_reloads", "Configuration reloads applied"),
     ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
     ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
