@@ -9,6 +9,7 @@
 
 mod check;
 mod cookies;
+mod dnstap;
 mod files;
 mod geographic;
 mod monitor;
@@ -112,6 +113,8 @@ fn load_with(
         cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
     let rate_limit =
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
+    let dnstap =
+        dnstap::build(&mut Sink { file: path, errors: &mut errors }, raw.log.as_ref(), &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
     let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &limits, &mut errors);
@@ -136,6 +139,7 @@ fn load_with(
     snapshot.generation = previous.map_or(1, |p| p.generation + 1);
     snapshot.cookies = cookies;
     snapshot.rate_limit = rate_limit;
+    snapshot.dnstap = dnstap;
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
         let _ = d.join();

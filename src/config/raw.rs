@@ -23,6 +23,7 @@ pub struct RawServer {
     pub admin: Option<RawAdmin>,
     pub cookies: Option<RawCookies>,
     pub rate_limit: Option<Loc<RawRateLimit>>,
+    pub log: Option<RawLog>,
     pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
     pub latency: Option<RawLatency>,
@@ -65,6 +66,24 @@ pub struct RawRateLimit {
     pub ipv6_prefix: Option<Loc<Int>>,
     #[serde(default)]
     pub exempt: Vec<Loc<String>>,
+}
+
+/// `log:`: query logs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub dnstap: Option<Loc<RawDnstap>>,
+}
+
+/// `log.dnstap:`: query logs in dnstap, to a socket or a file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDnstap {
+    pub socket: Option<Loc<String>>,
+    pub file: Option<Loc<String>>,
+    pub sample: Option<Loc<f64>>,
+    pub identity: Option<Loc<String>>,
+    pub version: Option<Loc<String>>,
 }
 
 /// `cookies:`: the DNS cookie secrets, shared by replicas.

@@ -9,24 +9,41 @@ use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 
+use super::dnstap::Stats as DnstapStats;
 use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::{self, ConfigErrors, Loaded, Previous, ReloadCache};
+use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 
 pub struct Control {
     pub config_path: PathBuf,
-    /// The listen addresses bound at startup: reloads cannot rebind them.
-    running_listen: Listen,
+    /// What was set up at startup from the configuration and stays until a restart.
+    running: Running,
     pub shared: Arc<ArcSwap<Snapshot>>,
     /// Probes the running snapshot's endpoints; a reload hands it the next snapshot first.
     pub prober: Arc<Prober>,
     /// The counts of response rate limiting, kept across reloads.
     pub limiter: Arc<Limiter>,
     pub totals: Totals,
+    /// The counts of the dnstap writer, when `log.dnstap` was set at startup.
+    pub dnstap: Option<Arc<DnstapStats>>,
     /// Serialises reloads; never taken by queries.
     reloading: Mutex<Reloading>,
+}
+
+/// The parts of the configuration applied once, at startup: the listen addresses (reloads
+/// cannot rebind them) and the query log.
+struct Running {
+    listen: Listen,
+    dnstap: Option<Dnstap>,
+}
+
+impl Running {
+    fn of(s: &Snapshot) -> Running {
+        Running { listen: s.listen.clone(), dnstap: s.dnstap.clone() }
+    }
 }
 
 /// What the reload procedure keeps between reloads.
@@ -38,15 +55,22 @@ struct Reloading {
 }
 
 impl Control {
-    /// `prober` must be probing `first`'s snapshot.
-    pub fn new(config_path: PathBuf, first: Loaded, prober: Arc<Prober>) -> Control {
+    /// `prober` must be probing `first`'s snapshot; `dnstap`: the counts of the query log
+    /// started from it.
+    pub fn new(
+        config_path: PathBuf,
+        first: Loaded,
+        prober: Arc<Prober>,
+        dnstap: Option<Arc<DnstapStats>>,
+    ) -> Control {
         Control {
             config_path,
-            running_listen: first.snapshot.listen.clone(),
+            running: Running::of(&first.snapshot),
             shared: Arc::new(ArcSwap::from_pointee(first.snapshot)),
             prober,
             limiter: Arc::default(),
             totals: Totals::default(),
+            dnstap,
             reloading: Mutex::new(Reloading { cache: first.cache, retiring: None }),
         }
     }
@@ -77,7 +101,7 @@ impl Control {
                 return Err(errors);
             }
         };
-        warn_listen_changes(&self.running_listen, &next.listen);
+        warn_restart_needed(&self.running, &next);
         // Probe state moves into the new health table before queries read it.
         self.prober.adopt(&next);
         let generation = next.generation;
@@ -103,9 +127,14 @@ impl Control {
         self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.profiles_dir.clone()
     }
 
-    /// Configuration keys whose change needs a restart (listeners are bound once).
+    /// Configuration keys whose change needs a restart (listeners are bound once, the
+    /// query log is opened once).
     pub fn restart_needed(&self) -> Vec<&'static str> {
-        restart_keys(&self.running_listen, &self.snapshot().listen)
+        let mut keys = restart_keys(&self.running.listen, &self.snapshot().listen);
+        if self.running.dnstap != self.snapshot().dnstap {
+            keys.push("log.dnstap");
+        }
+        keys
     }
 }
 
@@ -129,9 +158,13 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     keys
 }
 
-/// Listeners are bound once at startup; say clearly, on every reload, when the
-/// configuration asks for others.
-fn warn_listen_changes(running: &Listen, next: &Listen) {
+/// Listeners are bound and the query log opened once at startup; say clearly, on every
+/// reload, when the configuration asks for others.
+fn warn_restart_needed(running: &Running, next: &Snapshot) {
+    if running.dnstap != next.dnstap {
+        tracing::warn!(running = ?running.dnstap, configured = ?next.dnstap, "log.dnstap changed: restart steerdns to apply it (the running query log stays)");
+    }
+    let (running, next) = (&running.listen, &next.listen);
     for key in restart_keys(running, next) {
         tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, running_udp_threads = ?running.udp_threads, configured_udp_threads = ?next.udp_threads, "{key} changed: restart steerdns to apply it (the running listeners stay)");
     }
