@@ -330,6 +330,22 @@ async fn a_reader_that_stops_reading_costs_log_messages_not_answers() {
     h.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_never_accepts_costs_log_messages_not_answers() {
+    let out = tempfile::tempdir().unwrap();
+    let sock = out.path().join("silent.sock");
+    // Listening, but never accepting: connections wait in the backlog, unanswered.
+    let _listener = UnixListener::bind(&sock).unwrap();
+    let h = logging(&format!("  dnstap:\n    socket: {}\n", sock.display())).await;
+    for _ in 0..20 {
+        assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
+    }
+    let s = stats(&h);
+    wait_for(WAIT, "all 40 messages counted lost", || load(&s.dropped_disconnected) == 40).await;
+    assert_eq!(load(&s.sent), 0);
+    h.stop().await;
+}
+
 const SERVER: &str = "zones:
   - origin: tm.example.test.
     ns: [ns1.tm.example.test.]

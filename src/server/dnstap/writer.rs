@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use socket2::{Domain, SockAddr, Socket, Type};
+
 use super::Shared;
 use super::encode::{Encoder, Record};
 use super::fstrm::{self, FstrmError};
@@ -39,10 +41,10 @@ pub(super) enum Output {
         path: PathBuf,
         w: Option<BufWriter<File>>,
     },
-    Socket(Socket),
+    Socket(SocketOutput),
 }
 
-pub(super) struct Socket {
+pub(super) struct SocketOutput {
     path: PathBuf,
     conn: Option<BufWriter<UnixStream>>,
     next_try: Instant,
@@ -62,7 +64,7 @@ impl Output {
 
     /// A socket reader, connected to by the writer.
     pub(super) fn socket(path: &Path) -> Output {
-        Output::Socket(Socket {
+        Output::Socket(SocketOutput {
             path: path.to_path_buf(),
             conn: None,
             next_try: Instant::now(),
@@ -128,7 +130,7 @@ impl Output {
                     tracing::warn!(path = %path.display(), error = %e, "dnstap file not closed cleanly");
                 }
             }
-            Output::Socket(Socket { path, conn: Some(conn), .. }) => {
+            Output::Socket(SocketOutput { path, conn: Some(conn), .. }) => {
                 let finished = conn
                     .into_inner()
                     .map_err(|e| FstrmError::from(e.into_error()))
@@ -145,9 +147,13 @@ impl Output {
     }
 }
 
-/// Connects and runs the handshake, with timeouts so that a silent reader fails it.
+/// Connects and runs the handshake, with timeouts so that a silent reader fails it. The
+/// connection itself has one too: a reader that stopped accepting leaves its backlog full,
+/// and a plain connect would then wait for as long as it does.
 fn connect(path: &Path) -> Result<UnixStream, FstrmError> {
-    let mut stream = UnixStream::connect(path)?;
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.connect_timeout(&SockAddr::unix(path)?, HANDSHAKE_TIMEOUT)?;
+    let mut stream = UnixStream::from(socket);
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     fstrm::open_bidirectional(&mut stream)?;
