@@ -12,6 +12,7 @@
 mod check;
 mod cookies;
 pub mod dnssec;
+mod dnstap;
 mod files;
 mod geographic;
 pub mod keyfile;
@@ -145,6 +146,8 @@ fn load_with(
     };
     let overrides = from_file
         .unwrap_or_else(|| previous.map(|p| p.cache.overrides.clone()).unwrap_or_default());
+    let dnstap =
+        dnstap::build(&mut Sink { file: path, errors: &mut errors }, raw.log.as_ref(), &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
     let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &limits, &mut errors);
@@ -162,7 +165,7 @@ fn load_with(
         return Err(Failed { errors: ConfigErrors(errors), reused });
     }
     let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
-    let parts = Parts { listen, zones, world: Arc::new(world), cookies, rate_limit };
+    let parts = Parts { listen, zones, world: Arc::new(world), cookies, rate_limit, dnstap };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
@@ -186,6 +189,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         world: prev.world.clone(),
         cookies: prev.cookies,
         rate_limit: prev.rate_limit.clone(),
+        dnstap: prev.dnstap.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -199,12 +203,13 @@ struct Parts {
     world: Arc<World>,
     cookies: crate::wire::cookie::Secrets,
     rate_limit: Option<crate::model::snapshot::RateLimit>,
+    dnstap: Option<crate::model::snapshot::Dnstap>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
 /// then the whole.
 fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
-    let Parts { listen, mut zones, world, cookies, rate_limit } = parts;
+    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap } = parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     geographic::compile(&world, &mut profiles);
@@ -213,6 +218,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.generation = previous.map_or(1, |p| p.generation + 1);
     snapshot.cookies = cookies;
     snapshot.rate_limit = rate_limit;
+    snapshot.dnstap = dnstap;
     snapshot
 }
 

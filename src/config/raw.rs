@@ -36,6 +36,8 @@ pub struct RawServer {
     pub admin: Option<RawAdmin>,
     pub cookies: Option<RawCookies>,
     pub rate_limit: Option<Loc<RawRateLimit>>,
+    /// Query logs.
+    pub log: Option<RawLog>,
     /// The zones served authoritatively: at least one.
     pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
@@ -136,6 +138,32 @@ pub struct RawRateLimit {
     #[serde(default)]
     #[schemars(with = "Vec<Network>")]
     pub exempt: Vec<Loc<String>>,
+}
+
+/// `log:`: query logs.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Log")]
+pub struct RawLog {
+    /// Log queries and responses in dnstap (Frame Streams) to a socket or a file.
+    pub dnstap: Option<Loc<RawDnstap>>,
+}
+
+/// `log.dnstap:`: query logs in dnstap, to a socket or a file (exactly one of them).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Dnstap")]
+pub struct RawDnstap {
+    /// Unix socket of a Frame Streams reader (bidirectional), e.g. `fstrm_capture -u`.
+    pub socket: Option<Loc<String>>,
+    /// File written in Frame Streams (unidirectional), relative to steerdns.yaml.
+    pub file: Option<Loc<String>>,
+    /// The fraction of queries logged: above 0, at most 1 (default 1).
+    pub sample: Option<Loc<f64>>,
+    /// The messages' identity field (default: the host name).
+    pub identity: Option<Loc<String>>,
+    /// The messages' version field (default: `steerdns` and its version).
+    pub version: Option<Loc<String>>,
 }
 
 /// `cookies:`: the DNS cookie secrets, shared by replicas.

@@ -4,6 +4,7 @@
 //! never sees a half-applied reload.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,6 +96,26 @@ pub struct RateLimit {
     pub exempt: RangeMap<()>,
 }
 
+/// Query logging in dnstap (`log.dnstap`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dnstap {
+    pub output: DnstapOutput,
+    /// The fraction of exchanges logged, in (0, 1].
+    pub sample: f64,
+    /// The `identity` and `version` fields of every message.
+    pub identity: String,
+    pub version: String,
+}
+
+/// Where dnstap messages go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DnstapOutput {
+    /// A Frame Streams reader listening on this unix socket.
+    Socket(PathBuf),
+    /// A Frame Streams file, created anew at start.
+    File(PathBuf),
+}
+
 impl Default for AdminLimits {
     fn default() -> AdminLimits {
         AdminLimits { max_connections: 256, header_read_timeout: Duration::from_secs(10) }
@@ -117,6 +138,8 @@ pub struct Snapshot {
     pub cookies: Secrets,
     /// Response rate limiting; `None`: off.
     pub rate_limit: Option<RateLimit>,
+    /// Query logging in dnstap; `None`: off.
+    pub dnstap: Option<Dnstap>,
 }
 
 impl Snapshot {
@@ -131,6 +154,7 @@ impl Snapshot {
         let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
         let cookies = Secrets::of_this_process();
         let rate_limit = None;
+        let dnstap = None;
         Snapshot {
             generation: 0,
             listen,
@@ -142,6 +166,7 @@ impl Snapshot {
             counters,
             cookies,
             rate_limit,
+            dnstap,
         }
     }
 

@@ -11,20 +11,22 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use super::dnstap::Stats as DnstapStats;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::overrides::{check_weight, save};
 use crate::config::{self, ConfigErrors, Dropped, Loaded, Previous, ReloadCache};
 use crate::model::events::Events;
+use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use crate::wire::name::WireName;
 
 pub struct Control {
     pub config_path: PathBuf,
-    /// The listen addresses bound at startup: reloads cannot rebind them.
-    running_listen: Listen,
+    /// What was set up at startup from the configuration and stays until a restart.
+    running: Running,
     pub shared: Arc<ArcSwap<Snapshot>>,
     /// Probes the running snapshot's endpoints; a reload hands it the next snapshot first.
     pub prober: Arc<Prober>,
@@ -36,8 +38,23 @@ pub struct Control {
     next_key_change: watch::Sender<Option<u64>>,
     /// Status changes and operator actions, for `GET /api/v1/events`.
     pub events: Arc<Events>,
+    /// The counts of the dnstap writer, when `log.dnstap` was set at startup.
+    pub dnstap: Option<Arc<DnstapStats>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
+}
+
+/// The parts of the configuration applied once, at startup: the listen addresses (reloads
+/// cannot rebind them) and the query log.
+struct Running {
+    listen: Listen,
+    dnstap: Option<Dnstap>,
+}
+
+impl Running {
+    fn of(s: &Snapshot) -> Running {
+        Running { listen: s.listen.clone(), dnstap: s.dnstap.clone() }
+    }
 }
 
 /// What the reload procedure keeps between reloads.
@@ -49,23 +66,26 @@ struct Reloading {
 }
 
 impl Control {
-    /// `prober` must be probing `first`'s snapshot and recording into `events`.
+    /// `prober` must be probing `first`'s snapshot and recording into `events`; `dnstap`:
+    /// the counts of the query log started from it.
     pub fn new(
         config_path: PathBuf,
         first: Loaded,
         prober: Arc<Prober>,
         events: Arc<Events>,
+        dnstap: Option<Arc<DnstapStats>>,
     ) -> Control {
         let Loaded { snapshot, cache, dropped } = first;
         let control = Control {
             config_path,
-            running_listen: snapshot.listen.clone(),
+            running: Running::of(&snapshot),
             shared: Arc::new(ArcSwap::from_pointee(snapshot)),
             prober,
             limiter: Arc::default(),
             totals: Totals::default(),
             next_key_change: watch::Sender::new(cache.keys.next_change),
             events,
+            dnstap,
             reloading: Mutex::new(Reloading { cache, retiring: None }),
         };
         let state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());
@@ -102,7 +122,7 @@ impl Control {
                 return Err(errors);
             }
         };
-        warn_listen_changes(&self.running_listen, &next.listen);
+        warn_restart_needed(&self.running, &next);
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
         self.swap(&mut state, current, next, cache);
@@ -216,7 +236,7 @@ impl Control {
     /// Whether the admin API listens on a loopback address (what a change is recorded as
     /// made by when the API has no token).
     pub fn admin_is_loopback(&self) -> bool {
-        self.running_listen.admin.is_some_and(|a| a.ip().is_loopback())
+        self.running.listen.admin.is_some_and(|a| a.ip().is_loopback())
     }
 
     /// The profiles directory of the running configuration.
@@ -235,9 +255,14 @@ impl Control {
         self.next_key_change.subscribe()
     }
 
-    /// Configuration keys whose change needs a restart (listeners are bound once).
+    /// Configuration keys whose change needs a restart (listeners are bound once, the
+    /// query log is opened once).
     pub fn restart_needed(&self) -> Vec<&'static str> {
-        restart_keys(&self.running_listen, &self.snapshot().listen)
+        let mut keys = restart_keys(&self.running.listen, &self.snapshot().listen);
+        if self.running.dnstap != self.snapshot().dnstap {
+            keys.push("log.dnstap");
+        }
+        keys
     }
 }
 
@@ -261,9 +286,13 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     keys
 }
 
-/// Listeners are bound once at startup; say clearly, on every reload, when the
-/// configuration asks for others.
-fn warn_listen_changes(running: &Listen, next: &Listen) {
+/// Listeners are bound and the query log opened once at startup; say clearly, on every
+/// reload, when the configuration asks for others.
+fn warn_restart_needed(running: &Running, next: &Snapshot) {
+    if running.dnstap != next.dnstap {
+        tracing::warn!(running = ?running.dnstap, configured = ?next.dnstap, "log.dnstap changed: restart steerdns to apply it (the running query log stays)");
+    }
+    let (running, next) = (&running.listen, &next.listen);
     for key in restart_keys(running, next) {
         tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, running_udp_threads = ?running.udp_threads, configured_udp_threads = ?next.udp_threads, "{key} changed: restart steerdns to apply it (the running listeners stay)");
     }

@@ -3,12 +3,13 @@
 //!
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
 //! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
-//! SIGHUP, `admin` or `key_timing`) and override changes (`overrides`, from `admin`), and
-//! `admin` serves the HTTP API.
+//! SIGHUP, `admin` or `key_timing`) and override changes (`overrides`, from `admin`),
+//! `admin` serves the HTTP API, and `dnstap` writes the query log.
 
 pub mod admin;
 pub mod conns;
 pub mod control;
+pub mod dnstap;
 pub mod fdlimit;
 pub mod key_timing;
 pub mod overrides;
@@ -34,6 +35,7 @@ use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use conns::Conns;
 use control::Control;
+use dnstap::Tap;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -41,6 +43,8 @@ pub enum ServerError {
     Config(#[from] ConfigErrors),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Dnstap(#[from] dnstap::DnstapError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -51,6 +55,8 @@ pub struct Server {
     cancel: CancellationToken,
     udp_threads: Vec<JoinHandle<()>>,
     tasks: JoinSet<()>,
+    /// The dnstap writer, when `log.dnstap` is set; closed after the listeners.
+    tap: Option<Tap>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -67,11 +73,14 @@ impl Server {
         };
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
+        let tap = loaded.snapshot.dnstap.as_ref().map(Tap::start).transpose()?;
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
         let events = Arc::new(Events::default());
         let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone(), events.clone()));
-        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded, prober, events));
+        let dnstap_stats = tap.as_ref().map(Tap::stats);
+        let control =
+            Arc::new(Control::new(config_path.to_path_buf(), loaded, prober, events, dnstap_stats));
         let mut server = Server {
             control,
             dns_addrs: Vec::new(),
@@ -79,6 +88,7 @@ impl Server {
             cancel,
             udp_threads: Vec::new(),
             tasks: JoinSet::new(),
+            tap,
             _watcher: None,
         };
         if let Err(e) = server.start_listeners(&listen).await {
@@ -155,14 +165,16 @@ impl Server {
         for (i, sock) in udp.into_iter().enumerate() {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let limiter = self.control.limiter.clone();
+            let tap = self.tap.as_ref().map(Tap::udp);
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
-                .spawn(move || udp::serve(sock, shared, limiter, cancel))
+                .spawn(move || udp::serve(sock, shared, limiter, tap, cancel))
                 .map_err(|e| bind_err(addr, e))?;
             self.udp_threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
-        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, cancel));
+        let tap = self.tap.as_ref().map(Tap::tcp);
+        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, tap, cancel));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
@@ -196,15 +208,21 @@ impl Server {
         self.control.reload("request")
     }
 
-    /// Stops every listener and probe and waits for them.
+    /// Stops every listener and probe and waits for them; then the dnstap writer writes
+    /// what they logged and closes its stream.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
         let threads = std::mem::take(&mut self.udp_threads);
-        let _ =
-            tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
-                .await;
+        let tap = self.tap.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            threads.into_iter().for_each(|t| drop(t.join()));
+            if let Some(tap) = tap {
+                tap.finish();
+            }
+        })
+        .await;
     }
 }
 

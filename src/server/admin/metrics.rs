@@ -55,6 +55,11 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_rate_limited",
         "UDP answers held back by response rate limiting: dropped, or sent truncated (slipped)",
     ),
+    ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
+    (
+        "steerdns_dnstap_dropped",
+        "dnstap messages lost: the writer's queue was full, or no reader was connected",
+    ),
 ];
 
 fn help(name: &str) -> &'static str {
@@ -80,6 +85,16 @@ pub fn render(control: &Control) -> String {
     {
         let series = Series::new("steerdns_rate_limited", vec![("action", action.into())]);
         counters.insert(series, n.load(Ordering::Relaxed));
+    }
+    if let Some(tap) = &control.dnstap {
+        counters
+            .insert(Series::new("steerdns_dnstap_sent", vec![]), tap.sent.load(Ordering::Relaxed));
+        for (reason, n) in
+            [("queue_full", &tap.dropped_queue_full), ("disconnected", &tap.dropped_disconnected)]
+        {
+            let series = Series::new("steerdns_dnstap_dropped", vec![("reason", reason.into())]);
+            counters.insert(series, n.load(Ordering::Relaxed));
+        }
     }
     let mut gauges = vec![
         Gauge {
