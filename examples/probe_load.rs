@@ -104,7 +104,7 @@ async fn measure_prober(mode: &str, ports: &[u16], probes: usize, interval: u64,
     println!("config: {} endpoints loaded in {:?}", snap.endpoint_count(), t.elapsed());
     let cancel = CancellationToken::new();
     let t = Instant::now();
-    let prober = Prober::start(&snap, cancel.clone());
+    let prober = Prober::start(&snap, cancel.clone(), Default::default());
     println!("prober: {} distinct probes started in {:?}", prober.stats().probes, t.elapsed());
 
     // Warm up: every probe has run at least once after one interval.

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Writes the DNS query seeds of the `responder` fuzz target into corpus/responder/.
+"""Writes the seeds of the `responder` and `probe_http` fuzz targets into corpus/<target>/.
 
-Run from anywhere: python3 fuzz/make_seeds.py. Each seed is one query as it arrives over
-UDP (no TCP length prefix), for the example zone tm.example.test.
+Run from anywhere: python3 fuzz/make_seeds.py.
+
+- responder: each seed is one query as it arrives over UDP (no TCP length prefix), for the
+  example zone tm.example.test.
+- probe_http: each seed is a byte picking the read size, a byte of flags (bit 0: repeat
+  the stream without end; the rest: which body limit, 0 = the probe's 5120 bytes), then
+  the HTTP response as the server sends it.
 """
 import os
 import struct
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "responder")
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 TYPES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "MX": 15, "TXT": 16, "AAAA": 28,
          "SRV": 33, "AXFR": 252, "ANY": 255, "HINFO": 13}
 
@@ -73,8 +78,70 @@ SEEDS = {
     "response": query(30, "www." + Z, "A", flags=0x8100),
 }
 
-os.makedirs(OUT, exist_ok=True)
-for label, data in SEEDS.items():
-    with open(os.path.join(OUT, label), "wb") as f:
-        f.write(data)
-print(f"{len(SEEDS)} seeds in {OUT}")
+
+# probe_http: the read size is (1 << (b % 17)) + b // 17 bytes for the first byte b.
+ONE_BYTE, SEVEN, KIB, WHOLE = 0, 53, 10, 16
+ONCE, ENDLESS = 0, 1
+LIMIT_1 = 2 << 1  # the third body limit, 1 byte
+
+
+def http(read, flags, *parts):
+    return bytes([read, flags]) + b"".join(p.encode() if isinstance(p, str) else p for p in parts)
+
+
+OK = "HTTP/1.1 200 OK\r\n"
+CHUNKED = OK + "Transfer-Encoding: chunked\r\n\r\n"
+CONTINUE = "HTTP/1.1 100 Continue\r\n\r\n"
+PROBE_HTTP = {
+    "200-length": http(WHOLE, ONCE, OK, "Content-Length: 2\r\nContent-Type: text/plain\r\n\r\nOK"),
+    "200-length-bytewise": http(ONE_BYTE, ONCE, OK, "Content-Length: 5\r\n\r\nhello"),
+    "200-limit-1": http(WHOLE, LIMIT_1, OK, "Content-Length: 5\r\n\r\nhello"),
+    "204": http(WHOLE, ONCE, "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n"),
+    "304": http(SEVEN, ONCE, "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"),
+    "503-close": http(KIB, ONCE, "HTTP/1.0 503 Service Unavailable\r\n\r\ndown for maintenance"),
+    "close-endless": http(KIB, ENDLESS, "HTTP/1.0 200 OK\r\n\r\n", "x" * 100),
+    "chunked": http(SEVEN, ONCE, CHUNKED, "3;ext=1\r\nall\r\n4\r\n OK!\r\n0\r\nTrailer: t\r\n\r\n"),
+    "chunked-over-limit": http(WHOLE, LIMIT_1, CHUNKED, "5\r\nabcde\r\n5\r\nfgh"),
+    "chunked-bad-size": http(WHOLE, ONCE, CHUNKED, "zz\r\n"),
+    "chunked-and-length": http(WHOLE, ONCE, OK, "Content-Length: 3\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\na\r\n0\r\n\r\n"),
+    "gzip-to-close": http(WHOLE, ONCE, OK, "Transfer-Encoding: gzip\r\n\r\n\x1f\x8b"),
+    "continue-chain": http(SEVEN, ONCE, CONTINUE * 3, "HTTP/1.1 102 Processing\r\nX: 1\r\n\r\n", OK, "Content-Length: 1\r\n\r\nx"),
+    "continue-8": http(WHOLE, ONCE, CONTINUE * 8, OK, "Content-Length: 1\r\n\r\nx"),
+    "continue-9": http(WHOLE, ONCE, CONTINUE * 9, OK, "Content-Length: 1\r\n\r\nx"),
+    "continue-endless": http(KIB, ENDLESS, CONTINUE),
+    "101-switching": http(WHOLE, ONCE, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x00"),
+    "head-16384": http(WHOLE, ONCE, OK, "Content-Length: 0\r\nX: ", "a" * (16384 - 43), "\r\n\r\n"),
+    "head-16385": http(KIB, ONCE, OK, "Content-Length: 0\r\nX: ", "a" * (16385 - 43), "\r\n\r\n"),
+    "head-endless": http(KIB, ENDLESS, "a" * 64),
+    "headers-101": http(WHOLE, ONCE, OK, "a: b\r\n" * 101, "\r\n"),
+    "length-mismatch": http(WHOLE, ONCE, OK, "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab"),
+    "length-bad": http(WHOLE, ONCE, OK, "Content-Length: -1\r\n\r\n"),
+    "body-short": http(WHOLE, ONCE, OK, "Content-Length: 9\r\n\r\nshort"),
+    "head-cut": http(WHOLE, ONCE, OK, "Content-Le"),
+    "empty": http(WHOLE, ONCE),
+    "ssh-banner": http(WHOLE, ONCE, "SSH-2.0-OpenSSH_9.6\r\n\r\n"),
+    "status-bad": http(WHOLE, ONCE, "HTTP/1.1 2x0 OK\r\n\r\n"),
+    "lf-only": http(SEVEN, ONCE, "HTTP/1.1 200 OK\nContent-Length: 2\n\nOK"),
+    "garbage": http(SEVEN, ENDLESS, bytes(range(256))),
+    # Found by this target: results that depended on how the response was cut into reads
+    # (a chunk-size line over 1024 bytes was accepted when one read brought all of it; a
+    # 101st header past 16384 bytes beat the head limit when a read brought it along).
+    "chunk-line-1500": http(WHOLE, ONCE, CHUNKED, "1;", "x" * 1500, "\r\na\r\n0\r\n\r\n"),
+    "chunk-line-1500-bytewise": http(ONE_BYTE, ONCE, CHUNKED, "1;", "x" * 1500, "\r\na\r\n0\r\n\r\n"),
+    "headers-past-limit-bytewise": http(ONE_BYTE, ONCE, OK, ("h: " + "a" * 160 + "\r\n") * 101, "\r\n"),
+    # A head sent a byte a read is parsed once per line, not once per read.
+    "head-16384-bytewise": http(ONE_BYTE, ONCE, OK, "Content-Length: 0\r\nX: ", "a" * (16384 - 43), "\r\n\r\n"),
+}
+
+
+def write(target, seeds):
+    out = os.path.join(CORPUS, target)
+    os.makedirs(out, exist_ok=True)
+    for label, data in seeds.items():
+        with open(os.path.join(out, label), "wb") as f:
+            f.write(data)
+    print(f"{len(seeds)} seeds in {out}")
+
+
+write("responder", SEEDS)
+write("probe_http", PROBE_HTTP)

@@ -1,8 +1,11 @@
 //! What the CLI subcommands do, kept out of `main.rs` so tests can call them.
 
+pub mod dnssec;
+
 use std::net::IpAddr;
 use std::path::Path;
 
+use crate::config::schema::{self, Document};
 use crate::config::{self, ConfigErrors};
 use crate::model::health::Overlay;
 use crate::responder::explain::{self, AllHealthy, Explanation};
@@ -11,6 +14,11 @@ use crate::responder::explain::{self, AllHealthy, Explanation};
 pub fn check(path: &Path) -> Result<String, ConfigErrors> {
     let snap = config::load(path, None)?.snapshot;
     Ok(format!("ok: {} profiles, {} endpoints", snap.profiles.len(), snap.endpoint_count()))
+}
+
+/// `steerdns schema`: the JSON Schema of `steerdns.yaml` or of a profile document.
+pub fn schema(document: Document) -> String {
+    schema::render(document)
 }
 
 /// `steerdns explain`: the answer for one query with every endpoint healthy but `down`.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use steerdns::config::schema::Document;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -52,11 +53,62 @@ enum Command {
         #[arg(short, long, default_value = "steerdns.yaml")]
         config: PathBuf,
     },
+    /// Print the JSON Schema of steerdns.yaml or of a profile document, for editors.
+    Schema {
+        #[arg(value_enum)]
+        document: SchemaDocument,
+    },
     /// Geo database tools.
     Geo {
         #[command(subcommand)]
         command: GeoCommand,
     },
+    /// DNSSEC key tools.
+    Dnssec {
+        #[command(subcommand)]
+        command: DnssecCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DnssecCommand {
+    /// Make a new CSK (or a KSK and a ZSK) in BIND's key file format, active from now.
+    Keygen {
+        /// The zone the key is for.
+        #[arg(long)]
+        zone: String,
+        #[arg(long, value_enum, default_value_t = KeyAlgorithm::Ecdsap256sha256)]
+        algorithm: KeyAlgorithm,
+        /// Make a KSK (flags 257) and a ZSK (flags 256) instead of one CSK (flags 257).
+        #[arg(long)]
+        ksk_zsk: bool,
+        /// The key directory to write the files into.
+        #[arg(short, long, default_value = ".")]
+        output: PathBuf,
+    },
+    /// Print the DS record of each published SEP key of every signed zone.
+    Ds {
+        #[arg(short, long, default_value = "steerdns.yaml")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KeyAlgorithm {
+    /// Algorithm 13.
+    #[value(alias = "13")]
+    Ecdsap256sha256,
+    /// Algorithm 15.
+    #[value(alias = "15")]
+    Ed25519,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SchemaDocument {
+    /// steerdns.yaml.
+    Config,
+    /// One document of a profile file.
+    Profile,
 }
 
 #[derive(Subcommand)]
@@ -95,6 +147,14 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Schema { document } => {
+            let document = match document {
+                SchemaDocument::Config => Document::Config,
+                SchemaDocument::Profile => Document::Profile,
+            };
+            print!("{}", steerdns::commands::schema(document));
+            ExitCode::SUCCESS
+        }
         Command::Geo { command: GeoCommand::Build { input, output } } => {
             match steerdns::geo::build(&input, &output) {
                 Ok(summary) => {
@@ -107,11 +167,48 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Dnssec { command } => dnssec(command),
         Command::Serve { config } => match run_server(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 // `{e}`, not `{e:#}`: the server's errors already include their cause.
                 eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+fn dnssec(command: DnssecCommand) -> ExitCode {
+    use steerdns::model::dnssec::Algorithm;
+    match command {
+        DnssecCommand::Keygen { zone, algorithm, ksk_zsk, output } => {
+            let algorithm = match algorithm {
+                KeyAlgorithm::Ecdsap256sha256 => Algorithm::EcdsaP256Sha256,
+                KeyAlgorithm::Ed25519 => Algorithm::Ed25519,
+            };
+            match steerdns::commands::dnssec::keygen(&zone, algorithm, ksk_zsk, &output) {
+                Ok(made) => {
+                    made.iter().for_each(|base| println!("{base}"));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        DnssecCommand::Ds { config } => match steerdns::commands::dnssec::ds(&config) {
+            Ok(lines) if lines.is_empty() => {
+                eprintln!("error: no zone in {} is signed (zones[].dnssec)", config.display());
+                ExitCode::from(1)
+            }
+            Ok(lines) => {
+                lines.iter().for_each(|l| println!("{l}"));
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                println!("{errors}");
                 ExitCode::from(1)
             }
         },

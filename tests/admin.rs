@@ -100,7 +100,15 @@ async fn token_missing_or_wrong_is_401_right_is_200() {
 async fn unknown_paths_are_404_with_a_json_error() {
     for token in [None, Some(TOKEN)] {
         let h = Harness::with_admin(DEFAULT_PROFILES, token).await;
-        for path in ["/", "/nope", "/api/v1", "/api/v2/profiles", "/metricsx", "/healthz/x"] {
+        for path in [
+            "/nope",
+            "/ui/",
+            "/ui/nope.js",
+            "/api/v1",
+            "/api/v2/profiles",
+            "/metricsx",
+            "/healthz/x",
+        ] {
             let r = call(h.admin(), "GET", path, None).await;
             assert_json_error(&r, 404, &format!("GET {path} (token {token:?})"));
         }

@@ -1,12 +1,15 @@
 //! The query path allocates nothing in steady state: a counting global allocator watches
 //! the responder answer the common query kinds (routing methods, static records, NXDOMAIN,
-//! ECS) from request bytes to response bytes, unsigned and signed (DNSSEC, signatures
-//! from the pre-signed table and the thread's cache).
+//! ECS) from request bytes to response bytes, signed too (DNSSEC, signatures from the
+//! pre-signed table and the thread's cache), and the same with every exchange handed to
+//! the dnstap query log (its writer thread included).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
@@ -14,7 +17,9 @@ use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
 use steerdns::model::dnssec::{self, Algorithm, Signer, ZoneKey, ZoneSigning};
 use steerdns::model::presigned;
+use steerdns::model::snapshot::{Dnstap, DnstapOutput, Snapshot};
 use steerdns::responder::{Packet, Transport, respond};
+use steerdns::server::dnstap::{Exchange, Tap, Time};
 
 struct Counting;
 
@@ -37,8 +42,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Held by each test: the count is global, so the tests must not run at the same time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The count is global: the tests take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn query(name: &str, rtype: RecordType, ecs: Option<&str>) -> Vec<u8> {
     let mut m = Message::query();
@@ -92,12 +97,14 @@ fn with_cookie(name: &str, subnet: &str) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
-#[test]
-fn responder_allocates_nothing_per_query() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+fn example() -> steerdns::config::Loaded {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
-    let queries = [
+    steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap()
+}
+
+/// One query of each kind.
+fn queries() -> Vec<Vec<u8>> {
+    vec![
         query("www.tm.example.test.", RecordType::A, None),
         query("api.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
         query("app.tm.example.test.", RecordType::A, Some("203.0.113.0/24")),
@@ -116,13 +123,37 @@ fn responder_allocates_nothing_per_query() {
         query("svc.tm.example.test.", RecordType::A, Some("10.1.0.0/16")),
         query("docs.tm.example.test.", RecordType::A, None),
         with_cookie("www.tm.example.test.", "198.51.100.0/24"),
-    ];
+    ]
+}
+
+#[test]
+fn responder_allocates_nothing_per_query() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let loaded = example();
+    // The same configuration with run-time overrides: drained endpoints met by the
+    // priority, geographic (compiled) and subnet lookups, and a run-time weight.
+    let mut overrides = steerdns::config::Overrides::default();
+    let drained = steerdns::config::Override { drained: true, weight: None };
+    for (profile, endpoint) in [("www", "primary"), ("geo", "us-west"), ("office", "vpn")] {
+        overrides.set(&format!("{profile}.tm.example.test."), endpoint, drained);
+    }
+    let weighed = steerdns::config::Override { drained: false, weight: Some(7) };
+    overrides.set("api.tm.example.test.", "site-b", weighed);
+    let overridden = steerdns::config::rebuild(loaded.previous(), &overrides);
+    assert!(overridden.dropped.is_empty(), "{:?}", overridden.dropped);
+    for snap in [&loaded.snapshot, &overridden.snapshot] {
+        allocates_nothing(snap);
+    }
+}
+
+fn allocates_nothing(snap: &Snapshot) {
+    let queries = queries();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let mut out = Vec::with_capacity(1500);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut ask = |q: &[u8]| {
         let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
-        respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+        respond(snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: the output buffer reaches its working size.
     for q in &queries {
@@ -140,8 +171,75 @@ fn responder_allocates_nothing_per_query() {
 }
 
 #[test]
+fn logging_queries_in_dnstap_allocates_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let snap = example().snapshot;
+    let queries = queries();
+    let out = tempfile::tempdir().unwrap();
+    let config = Dnstap {
+        output: DnstapOutput::File(out.path().join("queries.fstrm")),
+        sample: 1.0,
+        identity: "ns1".into(),
+        version: "steerdns".into(),
+    };
+    let tap = Tap::start(&config).unwrap();
+    let stats = tap.stats();
+    let mut udp = tap.udp();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut reply = Vec::with_capacity(1500);
+    let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let server: SocketAddr = "127.0.0.1:53".parse().unwrap();
+    let mut round = || {
+        for q in &queries {
+            let now = Time::now();
+            let packet = Packet { bytes: q, src: client.ip(), transport: Transport::Udp, now: 1 };
+            let answered = respond(&snap, &*snap.health, packet, &mut rng, &mut reply, None);
+            assert!(answered.is_some() && udp.sampled(&mut rng));
+            let response = Some((&reply[..], Time::now()));
+            let ex = Exchange {
+                transport: Transport::Udp,
+                client,
+                server,
+                query: q,
+                query_time: now,
+                response,
+            };
+            udp.offer(&ex);
+        }
+        udp.flush();
+    };
+    // Every message the writer has taken, written or not.
+    let taken = || {
+        [&stats.sent, &stats.dropped_queue_full, &stats.dropped_disconnected]
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    let wait_for_writer = |messages: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while taken() < messages {
+            assert!(Instant::now() < deadline, "the writer took {} of {messages}", taken());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Warm up: every buffer, the writer's too, reaches its working size.
+    round();
+    let per_round = 2 * queries.len() as u64;
+    wait_for_writer(per_round);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..100 {
+        round();
+    }
+    wait_for_writer(101 * per_round);
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} logged queries", 100 * queries.len());
+    drop(udp);
+    tap.finish();
+}
+
+#[test]
 fn signed_answers_from_the_caches_allocate_nothing() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
     let keys = vec![zone_key(dnssec::FLAGS_KSK, 1), zone_key(dnssec::FLAGS_ZSK, 2)];

@@ -1,6 +1,7 @@
 //! DNS cookies over real UDP: `dig +cookie` finds the server cookie good, a replica with the
 //! same secret accepts another's cookie, a rotated secret keeps the old one valid while it
-//! is the previous secret, and a malformed COOKIE option is FORMERR.
+//! is the previous secret, a malformed COOKIE option is FORMERR, and `/metrics` counts
+//! queries by their cookie. (BIND's resolver returning our cookies: `tests/named.rs`.)
 
 mod common;
 
@@ -93,25 +94,29 @@ fn without_question(query: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Asks for a server cookie alone; returns the reply's RCODE and cookie.
+async fn ask_for_cookie(h: &Harness, cookie: &[u8]) -> (u16, Vec<u8>) {
+    let q = without_question(&Q::new(&fq("www"), T_A).edns().option(COOKIE, cookie).bytes());
+    let r = Reply::new(h.udp_bytes(&q).await);
+    (r.rcode(), cookie_of(&r))
+}
+
 /// RFC 7873 §5.4: a query with no question and a COOKIE option gets a server cookie
 /// (NOERROR), or BADCOOKIE and a fresh one when its server cookie is not ours; without a
 /// COOKIE option it is FORMERR.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_without_a_question_asks_for_a_server_cookie() {
     let h = Harness::start().await;
-    let ask = |cookie: &[u8]| {
-        without_question(&Q::new(&fq("www"), T_A).edns().option(COOKIE, cookie).bytes())
-    };
-    let r = Reply::new(h.udp_bytes(&ask(&CLIENT)).await);
+    let q = without_question(&Q::new(&fq("www"), T_A).edns().option(COOKIE, &CLIENT).bytes());
+    let r = Reply::new(h.udp_bytes(&q).await);
     assert_eq!((r.rcode(), r.msg.queries.len(), r.msg.answers.len()), (NOERROR, 0, 0), "{r:#?}");
     let issued = cookie_of(&r);
     assert_eq!((issued.len(), &issued[..8]), (24, &CLIENT[..]));
-    let r = Reply::new(h.udp_bytes(&ask(&issued)).await);
-    assert_eq!((r.rcode(), cookie_of(&r)), (NOERROR, issued.clone()), "a valid cookie: as sent");
+    let (rcode, again) = ask_for_cookie(&h, &issued).await;
+    assert_eq!((rcode, again), (NOERROR, issued.clone()), "a valid cookie: as sent");
     let forged = [&CLIENT[..], &[1, 0, 0, 0], &[0; 12]].concat();
-    let r = Reply::new(h.udp_bytes(&ask(&forged)).await);
-    assert_eq!(r.rcode(), BADCOOKIE, "{r:#?}");
-    let fresh = cookie_of(&r);
+    let (rcode, fresh) = ask_for_cookie(&h, &forged).await;
+    assert_eq!(rcode, BADCOOKIE);
     assert_eq!((&fresh[..12], fresh.len()), (&issued[..12], 24), "a fresh server cookie");
     assert_ne!(fresh[16..], forged[16..]);
     let r =
@@ -139,7 +144,12 @@ async fn replicas_share_a_secret_and_a_rotation_keeps_the_previous_one_valid() {
         yaml.replace(block_a, "cookies:\n  secret_file: b.key\n  previous_secret_file: a.key\n");
     std::fs::write(dir.join("steerdns.yaml"), &rotating).unwrap();
     one.server().reload().expect("reload with a rotated secret");
-    assert_eq!(exchange(&one, &issued).await, issued, "the previous secret still validates");
+    // Still valid (a question-less query says so: NOERROR, not BADCOOKIE), and renewed with
+    // the new secret.
+    let (rcode, renewed) = ask_for_cookie(&one, &issued).await;
+    assert_eq!(rcode, NOERROR, "the previous secret still validates");
+    assert_ne!(renewed[8..], issued[8..], "and the client is moved to the new secret");
+    assert_eq!(exchange(&one, &renewed).await, renewed, "which is valid and fresh");
     let fresh = exchange(&one, &CLIENT).await;
     assert_ne!(fresh[8..], issued[8..], "new cookies are made with the new secret");
 
@@ -147,11 +157,38 @@ async fn replicas_share_a_secret_and_a_rotation_keeps_the_previous_one_valid() {
     let done = rotating.replace("  previous_secret_file: a.key\n", "");
     std::fs::write(dir.join("steerdns.yaml"), done).unwrap();
     one.server().reload().expect("reload without the previous secret");
-    let replaced = exchange(&one, &issued).await;
-    assert_ne!(replaced[8..], issued[8..], "an old-secret cookie is no longer valid");
+    let (rcode, _) = ask_for_cookie(&one, &issued).await;
+    assert_eq!(rcode, BADCOOKIE, "an old-secret cookie is no longer valid");
     assert_eq!(exchange(&one, &fresh).await, fresh, "the new secret's cookie is");
     one.stop().await;
     other.stop().await;
+}
+
+/// `steerdns_cookie_queries_total` by kind: absent, client_only, valid, invalid.
+async fn cookie_counts(h: &Harness) -> [f64; 4] {
+    let m = scrape(h.admin(), None).await;
+    ["absent", "client_only", "valid", "invalid"]
+        .map(|kind| m.sum("steerdns_cookie_queries_total", &[("cookie", kind)]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_are_counted_by_their_cookie() {
+    let h = Harness::with_admin(DEFAULT_PROFILES, None).await;
+    let before = cookie_counts(&h).await;
+    h.udp(&Q::new(&fq("www"), T_A)).await;
+    h.udp(&Q::new(&fq("www"), T_A).edns()).await;
+    let issued = exchange(&h, &CLIENT).await;
+    for _ in 0..3 {
+        exchange(&h, &issued).await;
+    }
+    let forged = [&CLIENT[..], &[1, 0, 0, 0], &[0; 12]].concat();
+    for _ in 0..4 {
+        exchange(&h, &forged).await;
+    }
+    let after = cookie_counts(&h).await;
+    let counted: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert_eq!(counted, [2.0, 1.0, 3.0, 4.0], "absent, client only, valid, invalid");
+    h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

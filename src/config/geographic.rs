@@ -15,12 +15,22 @@ const MAX_COMPILED: usize = 64;
 
 /// Compiles each geographic profile's mapping against `world`'s geo database (see
 /// `Classes`). Profiles with the same mapping share one compiled trie; past `MAX_COMPILED`
-/// distinct mappings the rest keep walking the region chain.
+/// distinct mappings the rest keep walking the region chain. The codes of drained
+/// endpoints are left out, as a disabled endpoint's are, so their clients get what the
+/// next less specific code maps to (the walk skips them the same way).
 pub fn compile(world: &World, profiles: &mut [Profile]) {
     let mut done: HashMap<ByRegion, Arc<Classes>> = HashMap::new();
     for p in profiles {
+        let endpoints = &p.endpoints;
         let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut p.rules else {
             continue;
+        };
+        let serving;
+        let by_region = if endpoints.iter().any(|e| e.drained) {
+            serving = by_region.filtered(|i| endpoints[i].enabled);
+            &serving
+        } else {
+            &*by_region
         };
         // Every profile is set, also one taken over from the previous configuration, whose
         // trie was compiled against the previous database (or one now removed).

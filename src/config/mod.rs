@@ -5,19 +5,26 @@
 //! either yields a complete snapshot or the full list of errors, never half of each. A
 //! reload takes over the profiles of unchanged documents from the running snapshot
 //! (`files`, `reuse`). Profile documents in the usual shapes are read by a quick reader
-//! (`yaml`) that leaves everything else, errors included, to serde-saphyr.
+//! (`yaml`) that leaves everything else, errors included, to serde-saphyr. Run-time
+//! overrides (`overrides`) are applied to every load; `rebuild` applies changed ones to
+//! the running configuration without reading any file.
 
 mod check;
 mod cookies;
+pub mod dnssec;
+mod dnstap;
 mod files;
 mod geographic;
+pub mod keyfile;
 mod monitor;
+pub mod overrides;
 mod par;
 mod profiles;
 mod rate_limit;
 pub mod raw;
 mod reuse;
 mod rules;
+pub mod schema;
 mod world;
 mod yaml;
 mod zones;
@@ -33,20 +40,23 @@ pub use crate::diag::{ConfigError, ConfigErrors};
 
 use crate::diag::{self, Limit, Sink, from_yaml};
 use files::Doc;
+pub use overrides::{Dropped, Override, Overrides};
 use raw::{Loc, RawListen, RawServer};
 use reuse::Reuse;
 
 use crate::geo::World;
 use crate::model::health::{HealthTable, Status};
-use crate::model::snapshot::{AdminLimits, Listen, Snapshot, TcpLimits};
+use crate::model::snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
 use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
 
-/// What a load produced: the snapshot to serve, and what the next reload reuses.
+/// What a load produced: the snapshot to serve, what the next reload reuses, and the
+/// overrides it could not apply (the server logs them and rewrites the state file).
 #[derive(Debug)]
 pub struct Loaded {
     pub snapshot: Snapshot,
     pub cache: ReloadCache,
+    pub dropped: Vec<Dropped>,
 }
 
 impl Loaded {
@@ -57,12 +67,19 @@ impl Loaded {
 }
 
 /// What a reload needs of the load before it, besides its snapshot: the profiles directory
-/// (which the file watcher watches) and each profile file read, with the profiles it gave,
-/// so that the reload can take over the unchanged ones.
-#[derive(Debug, Default)]
+/// and the key directories (which the file watcher watches), when key timing next calls
+/// for a load, and each profile file read, with the profiles it gave, so that the reload
+/// can take over the unchanged ones; and the run-time overrides.
+#[derive(Clone, Debug, Default)]
 pub struct ReloadCache {
     pub profiles_dir: PathBuf,
+    pub keys: dnssec::KeyWatch,
     files: Vec<reuse::ProfileFile>,
+    /// `state_file:`, resolved; `None`: overrides are kept in memory only.
+    pub state_file: Option<PathBuf>,
+    /// The overrides this load applied. Without a state file, the next load applies them
+    /// again; with one, it reads the file.
+    pub overrides: Overrides,
 }
 
 /// The configuration a reload replaces.
@@ -106,12 +123,31 @@ fn load_with(
     let raw: RawServer =
         serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut keys = dnssec::KeyWatch::default();
     let (listen, mut zones, world, profiles_dir, limits) =
-        server(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+        server(&mut Sink { file: path, errors: &mut errors }, &raw, &base, &mut keys);
     let cookies =
         cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
     let rate_limit =
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
+    // The state file when there is one; the overrides in memory when there is none, or
+    // when it does not exist yet (the server then writes it).
+    let state_file = raw.state_file.as_ref().map(|f| base.join(&f.value));
+    let from_file = match (&raw.state_file, &state_file) {
+        (Some(key), Some(state)) => {
+            let mut sink = Sink { file: path, errors: &mut errors };
+            state_file_place(&mut sink, key, state, &profiles_dir);
+            overrides::read(state).unwrap_or_else(|e| {
+                errors.push(e);
+                Some(Overrides::default())
+            })
+        }
+        _ => None,
+    };
+    let overrides = from_file
+        .unwrap_or_else(|| previous.map(|p| p.cache.overrides.clone()).unwrap_or_default());
+    let dnstap =
+        dnstap::build(&mut Sink { file: path, errors: &mut errors }, raw.log.as_ref(), &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
     let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &limits, &mut errors);
@@ -128,38 +164,92 @@ fn load_with(
         errors.dedup();
         return Err(Failed { errors: ConfigErrors(errors), reused });
     }
-    crate::model::profile::compute_families(&mut profiles);
-    let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
-    geographic::compile(&world, &mut profiles);
-    set_serials(&mut zones, &profiles, previous);
-    let mut snapshot = Snapshot::new(listen, zones, profiles, health, Arc::new(world));
-    snapshot.generation = previous.map_or(1, |p| p.generation + 1);
-    snapshot.cookies = cookies;
-    snapshot.rate_limit = rate_limit;
+    let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
+    let parts = Parts { listen, zones, world: Arc::new(world), cookies, rate_limit, dnstap };
+    let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
         let _ = d.join();
     }
-    Ok(Loaded { snapshot, cache: ReloadCache { profiles_dir, files } })
+    let cache = ReloadCache { profiles_dir, keys, files, state_file, overrides: kept };
+    Ok(Loaded { snapshot, cache, dropped })
 }
 
-/// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles), the
-/// location data, the profiles directory and the file size limits.
+/// The running configuration with `overrides` in place of its own: every profile is taken
+/// over and nothing is read, so an override change never picks up a half-edited file (the
+/// file watcher reloads those) and works while the files on disk are invalid. Health
+/// slots, compiled mappings, zone serials and the generation are done as a load does them.
+pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
+    let prev = previous.snapshot;
+    let mut profiles = prev.profiles.clone();
+    let (kept, dropped) = overrides::apply(&mut profiles, overrides);
+    let parts = Parts {
+        listen: prev.listen.clone(),
+        zones: prev.zones.clone(),
+        world: prev.world.clone(),
+        cookies: prev.cookies,
+        rate_limit: prev.rate_limit.clone(),
+        dnstap: prev.dnstap.clone(),
+    };
+    let snapshot = assemble(parts, profiles, Some(prev));
+    let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
+    Loaded { snapshot, cache, dropped }
+}
+
+/// What a snapshot holds besides its profiles.
+struct Parts {
+    listen: Listen,
+    zones: Vec<Zone>,
+    world: Arc<World>,
+    cookies: crate::wire::cookie::Secrets,
+    rate_limit: Option<crate::model::snapshot::RateLimit>,
+    dnstap: Option<crate::model::snapshot::Dnstap>,
+}
+
+/// The snapshot of validated `profiles` (overrides applied): what is derived from them,
+/// then the whole.
+fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
+    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap } = parts;
+    crate::model::profile::compute_families(&mut profiles);
+    let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
+    geographic::compile(&world, &mut profiles);
+    set_serials(&mut zones, &profiles, previous);
+    let mut snapshot = Snapshot::new(listen, zones, profiles, health, world);
+    snapshot.generation = previous.map_or(1, |p| p.generation + 1);
+    snapshot.cookies = cookies;
+    snapshot.rate_limit = rate_limit;
+    snapshot.dnstap = dnstap;
+    snapshot
+}
+
+/// The state file must not be read as a profile file, nor be written where operators
+/// keep profiles under version control.
+fn state_file_place(sink: &mut Sink<'_>, key: &Loc<String>, path: &Path, profiles_dir: &Path) {
+    if path.parent() == Some(profiles_dir) {
+        sink.on(key, "state_file must be outside the profiles directory");
+    }
+}
+
+/// Everything `steerdns.yaml` itself defines: listeners, zones (without profiles; with
+/// their keys, whose directories and timing go to `keys`), the location data, the profiles
+/// directory and the file size limits.
 fn server(
     sink: &mut Sink<'_>,
     raw: &RawServer,
     base: &Path,
+    keys: &mut dnssec::KeyWatch,
 ) -> (Listen, Vec<Zone>, World, PathBuf, Limits) {
     let limits = limits(sink, raw);
     let mut listen = listen(sink, raw);
-    listen.admin_token = admin_token(sink, raw, base);
+    listen.admin_tokens = admin_tokens(sink, raw, base);
     listen.admin_limits = admin_limits(sink, raw);
     check_admin_exposure(sink, raw, &listen);
+    let now = unix_now();
     let zones: Vec<Zone> = raw
         .zones
         .value
         .iter()
-        .filter_map(|z| zones::build(sink, z, base, limits.zone_file))
+        .filter_map(|z| zones::build(sink, z, base, limits.zone_file, now, keys))
         .collect();
     if raw.zones.value.is_empty() {
         sink.on(&raw.zones, "at least one zone is needed");
@@ -316,9 +406,64 @@ fn tcp_limits(sink: &mut Sink<'_>, l: &RawListen) -> TcpLimits {
 /// sockets, and each thread needs a core to be worth having.
 const MAX_UDP_THREADS: i64 = 1024;
 
-/// The admin token, read from `admin.token_file` (surrounding whitespace ignored).
-fn admin_token(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<String> {
-    let file = raw.admin.as_ref()?.token_file.as_ref()?;
+/// The name of the `admin.token_file` token.
+pub const TOKEN_FILE_NAME: &str = "admin";
+
+/// What changes are recorded as made by when the admin API has no token: on a loopback
+/// listener, and on another one (`admin.allow_unauthenticated`).
+pub const NO_TOKEN_NAMES: [&str; 2] = ["loopback", "unauthenticated"];
+
+/// The admin tokens: `admin.token_file` (named `admin`), then `admin.tokens`. Names are
+/// unique and so are tokens, so that every change is recorded under one name.
+fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminToken> {
+    let Some(admin) = raw.admin.as_ref() else { return Vec::new() };
+    let mut out: Vec<AdminToken> = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    if let Some(file) = &admin.token_file {
+        names.push(TOKEN_FILE_NAME);
+        if let Some(secret) = admin_token(sink, file, base) {
+            out.push(AdminToken { name: TOKEN_FILE_NAME.into(), secret });
+        }
+    }
+    for t in admin.tokens.iter().flat_map(|list| &list.value) {
+        let name = &t.value.name;
+        let valid = !name.value.is_empty()
+            && name.value.len() <= 64
+            && name.value.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@-".contains(&b));
+        if !valid {
+            sink.on(
+                name,
+                format!(
+                    "token name {:?} must be 1 to 64 letters, digits, '.', '_', '@' or '-'",
+                    name.value
+                ),
+            );
+        } else if NO_TOKEN_NAMES.contains(&name.value.as_str()) {
+            sink.on(name, format!("token name {:?} is what changes are recorded under without a token; choose another", name.value));
+        } else if names.contains(&name.value.as_str()) {
+            let why = if name.value == TOKEN_FILE_NAME && admin.token_file.is_some() {
+                " (the token of admin.token_file is named admin)"
+            } else {
+                ""
+            };
+            sink.on(name, format!("two admin tokens are named {:?}{why}", name.value));
+        }
+        names.push(&name.value);
+        let Some(secret) = admin_token(sink, &t.value.file, base) else { continue };
+        if let Some(same) = out.iter().find(|o| o.secret == secret) {
+            sink.on(
+                &t.value.file,
+                format!("this token is also the token of {:?}; each name needs its own", same.name),
+            );
+            continue;
+        }
+        out.push(AdminToken { name: name.value.clone(), secret });
+    }
+    out
+}
+
+/// An admin token read from `file` (surrounding whitespace ignored).
+fn admin_token(sink: &mut Sink<'_>, file: &Loc<String>, base: &Path) -> Option<String> {
     let path = base.join(&file.value);
     match diag::read_limited(&path, TOKEN_FILE_LIMIT) {
         Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
@@ -372,7 +517,9 @@ fn check_admin_exposure(sink: &mut Sink<'_>, raw: &RawServer, listen: &Listen) {
         return;
     };
     let admin = raw.admin.as_ref();
-    let has_token = admin.is_some_and(|a| a.token_file.is_some());
+    let has_token = admin.is_some_and(|a| {
+        a.token_file.is_some() || a.tokens.as_ref().is_some_and(|t| !t.value.is_empty())
+    });
     let allowed = admin.and_then(|a| a.allow_unauthenticated.as_ref()).is_some_and(|a| a.value);
     if !addr.ip().is_loopback() && !has_token && !allowed {
         sink.on(
@@ -436,7 +583,8 @@ fn assign_slots(profiles: &mut [Profile]) -> Vec<Status> {
             continue;
         }
         ep.health_slot = Some(statuses.len());
-        statuses.push(match (ep.enabled, ep.always_serve) {
+        // A drained endpoint is still probed: it starts as any enabled one.
+        statuses.push(match (ep.configured_enabled, ep.always_serve) {
             (false, _) => Status::Disabled,
             (true, true) => Status::Unmonitored,
             (true, false) => Status::Checking,
@@ -445,8 +593,12 @@ fn assign_slots(profiles: &mut [Profile]) -> Vec<Status> {
     statuses
 }
 
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 fn set_serials(zones: &mut [Zone], profiles: &[Profile], previous: Option<&Snapshot>) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = unix_now();
     for (i, zone) in zones.iter_mut().enumerate() {
         zone.fingerprint = fingerprint(zone, profiles.iter().filter(|p| p.zone == i));
         let prev = previous
@@ -469,6 +621,15 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
         sum.wrapping_add(nh.finish())
     });
     (zone.nodes.len(), nodes).hash(&mut h);
+    // The keys decide the DNSKEY RRset and the signatures.
+    if let Some(s) = &zone.dnssec {
+        (s.validity, s.inception_offset, s.keys.len()).hash(&mut h);
+        for k in &s.keys {
+            let t = k.timing;
+            (k.flags, k.algorithm, &k.public_key, k.signer.is_some()).hash(&mut h);
+            (t.publish, t.activate, t.inactive, t.delete).hash(&mut h);
+        }
+    }
     for p in profiles {
         (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
             .hash(&mut h);

@@ -24,6 +24,22 @@ use crate::wire::name::WireName;
 /// Deepest allowed chain of nested profiles.
 pub const MAX_NESTING: usize = 10;
 
+/// The largest endpoint `weight` (`routing: weighted`; other methods accept and ignore it).
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// The largest endpoint `weight` inside a group (`routing: groups`), as Global Accelerator.
+pub const MAX_GROUP_WEIGHT: u32 = 255;
+
+/// The weights a method's answers depend on, as the range a weight must be in; `None` for
+/// methods that do not read weights.
+pub fn weight_range(method: Method) -> Option<std::ops::RangeInclusive<u32>> {
+    match method {
+        Method::Weighted => Some(0..=MAX_WEIGHT),
+        Method::Groups => Some(0..=MAX_GROUP_WEIGHT),
+        _ => None,
+    }
+}
+
 /// A profile name resolved to its absolute form and zone.
 struct Named {
     wire: WireName,
@@ -360,19 +376,25 @@ impl Builder<'_, '_> {
                 Pos::of(ep),
             )
         };
+        let enabled = e.enabled.unwrap_or(true);
+        let (max_weight, default_weight) = match method {
+            Some(Method::Groups) => (MAX_GROUP_WEIGHT, 128),
+            _ => (MAX_WEIGHT, 1),
+        };
+        let weight =
+            int_or(self.sink, e.weight.as_deref(), 0, max_weight.into(), "weight", default_weight);
         Endpoint {
             name_hash: hash_str(&name),
             name,
             target,
-            enabled: e.enabled.unwrap_or(true),
+            enabled,
             always_serve,
             priority: int_or(self.sink, e.priority.as_deref(), 1, 1000, "priority", pos as u32 + 1),
-            weight: match method {
-                Some(Method::Groups) => {
-                    int_or(self.sink, e.weight.as_deref(), 0, 255, "weight", 128)
-                }
-                _ => int_or(self.sink, e.weight.as_deref(), 0, 1000, "weight", 1),
-            },
+            weight,
+            configured_enabled: enabled,
+            configured_weight: weight,
+            drained: false,
+            weight_override: None,
             health_slot: None,
             monitor: if always_serve { None } else { monitor.map(Box::new) },
         }

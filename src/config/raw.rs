@@ -1,14 +1,24 @@
 //! `Raw*` structs mirror the YAML exactly (`docs/configuration.md`) and reject unknown keys.
 //! Values that later checks may complain about are `Loc` (located), so every error can name
 //! its FILE:LINE:COL. No meaning is given to anything here; `validate` does that.
+//!
+//! The same structs give the JSON Schema of the files (`schema`): their doc comments are
+//! its descriptions, written for the people editing the YAML, and `#[schemars(with)]`
+//! names the schema of a value kept as text here and parsed later.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use super::schema::{
+    DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
+    RoutingMethod, Target,
+};
 
 use crate::diag::{Located, Pos};
 
@@ -16,91 +26,198 @@ use crate::diag::{Located, Pos};
 // endpoint, inline values would make every endpoint several times larger, and large
 // configurations slower to load (more to move and to fault in).
 
-#[derive(Debug, Deserialize)]
+/// Where to listen, which zones to serve and where the profiles are.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "steerdns.yaml")]
 pub struct RawServer {
+    /// The DNS and admin listeners and the limits of DNS over TCP.
     pub listen: Option<RawListen>,
     pub admin: Option<RawAdmin>,
     pub cookies: Option<RawCookies>,
     pub rate_limit: Option<Loc<RawRateLimit>>,
+    /// Query logs.
+    pub log: Option<RawLog>,
+    /// The zones served authoritatively: at least one.
     pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
     pub latency: Option<RawLatency>,
     pub topology: Option<RawTopology>,
+    /// The profiles directory (default `profiles/`): every `*.yaml` and `*.yml` file
+    /// directly in it is read, in name order.
     pub profiles: Option<Loc<String>>,
     // Size limits of the files a load reads.
     pub limits: Option<RawLimits>,
+    /// Where run-time overrides (drain, weight) are kept.
+    pub state_file: Option<Loc<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `listen:`. A change of any key needs a restart.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Listen")]
 pub struct RawListen {
+    /// `IP:PORT` (`[IPv6]:PORT`) addresses serving DNS over UDP and TCP, at least one
+    /// (default `["0.0.0.0:53", "[::]:53"]`); port 0 picks a free port.
+    #[schemars(with = "Option<Vec<ListenAddress>>")]
     pub dns: Option<Loc<Vec<Loc<String>>>>,
+    /// `IP:PORT` of the admin HTTP API; no admin API when unset.
+    #[schemars(with = "Option<ListenAddress>")]
     pub admin: Option<Loc<String>>,
+    /// UDP sockets, each with its own thread, per DNS address: 1..1024 (default one per
+    /// core).
     pub udp_threads: Option<Loc<Int>>,
+    /// DNS TCP connections open at once over every address: 1..1000000 (default 1024;
+    /// capped by the open-file limit). A full table evicts the connection idle longest.
     pub tcp_max_connections: Option<Loc<Int>>,
+    /// DNS TCP connections at once from one IPv4 address or IPv6 /64: 1..1000000
+    /// (default 64).
     pub tcp_per_source: Option<Loc<Int>>,
+    /// A TCP connection without a complete query for this long is closed: 100ms..1h
+    /// (default 10s).
+    #[schemars(with = "Option<DurationText>")]
     pub tcp_idle_timeout: Option<Loc<String>>,
+    /// A TCP connection whose answers cannot be written within this long is closed:
+    /// 10ms..60s (default 1s).
+    #[schemars(with = "Option<DurationText>")]
     pub tcp_io_timeout: Option<Loc<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `admin:`: access to and limits of the admin API.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Admin")]
 pub struct RawAdmin {
+    /// File holding the bearer token every admin call but `/healthz` needs (surrounding
+    /// white space ignored). Read at every load, so a reload applies a new token.
     pub token_file: Option<Loc<String>>,
+    /// Named tokens, so that the admin API can say who made a change.
+    pub tokens: Option<Loc<Vec<Loc<RawToken>>>>,
     // Exposure and limits of the admin listener.
+    /// Allow `listen.admin` on an address other than loopback without `token_file`
+    /// (default false: that is an error).
     pub allow_unauthenticated: Option<Loc<bool>>,
+    /// Admin API connections open at once: 1..65536 (default 256).
     pub max_connections: Option<Loc<Int>>,
+    /// How long an admin connection may take to send a request head, or stay idle
+    /// between requests (default 10s).
+    #[schemars(with = "Option<DurationText>")]
     pub header_read_timeout: Option<Loc<String>>,
 }
 
-/// `rate_limit:`: response rate limiting of UDP answers.
-#[derive(Debug, Deserialize)]
+/// One of `admin.tokens`: a name and the file holding its token.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Token")]
+pub struct RawToken {
+    /// Who holds the token: the name the admin API records with each change it makes.
+    pub name: Loc<String>,
+    /// File holding the token (surrounding white space ignored).
+    pub file: Loc<String>,
+}
+
+/// `rate_limit:`: response rate limiting of UDP answers.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "RateLimit")]
 pub struct RawRateLimit {
+    /// UDP answers per second to one client network once its burst is spent:
+    /// 1..1000000 (default 100).
     pub rate: Option<Loc<Int>>,
+    /// Answers a client network may get at once after a quiet time: `rate`..16000000
+    /// (default `rate`).
     pub burst: Option<Loc<Int>>,
+    /// Every `slip`-th answer over the rate goes out truncated, the others are dropped:
+    /// 0..100 (default 2; 0 drops them all).
     pub slip: Option<Loc<Int>>,
+    /// Prefix length of the IPv4 client networks counted together: 8..32 (default 24).
     pub ipv4_prefix: Option<Loc<Int>>,
+    /// Prefix length of the IPv6 client networks counted together: 16..128 (default 56).
     pub ipv6_prefix: Option<Loc<Int>>,
+    /// Networks never limited: CIDRs or `start-end` ranges, not overlapping.
     #[serde(default)]
+    #[schemars(with = "Vec<Network>")]
     pub exempt: Vec<Loc<String>>,
 }
 
-/// `cookies:`: the DNS cookie secrets, shared by replicas.
-#[derive(Debug, Deserialize)]
+/// `log:`: query logs.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Log")]
+pub struct RawLog {
+    /// Log queries and responses in dnstap (Frame Streams) to a socket or a file.
+    pub dnstap: Option<Loc<RawDnstap>>,
+}
+
+/// `log.dnstap:`: query logs in dnstap, to a socket or a file (exactly one of them).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Dnstap")]
+pub struct RawDnstap {
+    /// Unix socket of a Frame Streams reader (bidirectional), e.g. `fstrm_capture -u`.
+    pub socket: Option<Loc<String>>,
+    /// File written in Frame Streams (unidirectional), relative to steerdns.yaml.
+    pub file: Option<Loc<String>>,
+    /// The fraction of queries logged: above 0, at most 1 (default 1).
+    pub sample: Option<Loc<f64>>,
+    /// The messages' identity field (default: the host name).
+    pub identity: Option<Loc<String>>,
+    /// The messages' version field (default: `steerdns` and its version).
+    pub version: Option<Loc<String>>,
+}
+
+/// `cookies:`: the DNS cookie secrets, shared by replicas.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Cookies")]
 pub struct RawCookies {
+    /// File holding the DNS cookie secret: 32 hexadecimal digits.
     pub secret_file: Loc<String>,
+    /// File holding the secret before the last rotation: cookies made with it stay valid.
     pub previous_secret_file: Option<Loc<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `geo:`: where clients are.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Geo")]
 pub struct RawGeo {
+    /// MaxMind DB file (GeoIP2/GeoLite2 City or Country, or one from `steerdns geo build`).
     pub database: Loc<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `latency:`: the latency table, needed by `performance` and `groups` routing.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Latency")]
 pub struct RawLatency {
+    /// The latency table file: `regions:` with coordinates and `rtt:` rows.
     pub table: Loc<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `topology:`: the client networks of each zone, for `routing: zone`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Topology")]
 pub struct RawTopology {
+    /// `zone-name: [CIDRs or start-end ranges]`; networks may not overlap.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Vec<Network>>")]
     pub zones: BTreeMap<String, Vec<Loc<String>>>,
 }
 
 /// `limits:`: sizes written with a unit (`16MiB`) or as a number of bytes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Limits")]
 pub struct RawLimits {
+    /// The most one profile file may hold (default 16MiB).
     pub profile_file: Option<Loc<SizeText>>,
+    /// The most all profile files together may hold (default 256MiB).
     pub profiles_total: Option<Loc<SizeText>>,
+    /// The most a `zones[].file` may hold (default 64MiB).
     pub zone_file: Option<Loc<SizeText>>,
+    /// The most the latency table may hold (default 128MiB).
     pub latency_table: Option<Loc<SizeText>>,
 }
 
@@ -130,58 +247,131 @@ impl<'de> Deserialize<'de> for SizeText {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A zone served authoritatively.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Zone")]
 pub struct RawZone {
+    /// Absolute zone name (`tm.example.com.`).
     pub origin: Loc<String>,
+    /// Name servers, absolute or relative to the origin: at least one.
     pub ns: Loc<Vec<Loc<String>>>,
     pub soa: Loc<RawSoa>,
+    /// TTL of SOA, NS and static records without their own (default 3600).
     pub ttl: Option<Loc<Int>>,
+    /// Static records in zone-file syntax, names relative to the origin
+    /// (`"ns1 A 192.0.2.53"`); not SOA or NS.
     #[serde(default)]
     pub records: Vec<Loc<String>>,
+    /// RFC 1035 master file with more static records.
     pub file: Option<Loc<String>>,
+    /// Sign the zone's answers (DNSSEC) with the keys in a directory.
+    pub dnssec: Option<Loc<RawDnssec>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `zones[].dnssec:`: where the zone's keys are, and how long signatures last.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Dnssec")]
+pub struct RawDnssec {
+    /// Directory of BIND-format key pairs (`K<zone>.+<alg>+<tag>.key` / `.private`), relative
+    /// to steerdns.yaml.
+    pub keys: Loc<String>,
+    /// How long a signature is valid from its inception (default 7d; 1h..365d).
+    #[schemars(with = "Option<DurationText>")]
+    pub signature_validity: Option<Loc<String>>,
+    /// How far before the signing time a signature's inception is set, for clients whose
+    /// clocks are behind (default 1h; 0s..7d).
+    #[schemars(with = "Option<DurationText>")]
+    pub inception_offset: Option<Loc<String>>,
+}
+
+/// The zone's SOA record; the serial is set automatically. Timers: 0..2147483647 seconds.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Soa")]
 pub struct RawSoa {
+    /// Primary name server (default the first of `ns`).
     pub mname: Option<Loc<String>>,
+    /// Mailbox of the person responsible, as a name (`hostmaster.example.com.`).
     pub rname: Loc<String>,
+    /// Default 14400.
     pub refresh: Option<Loc<Int>>,
+    /// Default 3600.
     pub retry: Option<Loc<Int>>,
+    /// Default 1209600.
     pub expire: Option<Loc<Int>>,
+    /// Default 300; negative answers are cached for min(ttl, minimum).
     pub minimum: Option<Loc<Int>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// One profile document: a name answered by running a routing method over its endpoints.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "steerdns profile")]
 pub struct RawProfile {
+    /// The name answered: relative to the zone when exactly one zone is configured, else
+    /// absolute (`www.tm.example.test.`).
     pub name: Loc<String>,
+    /// TTL of the answers: 0..2147483647 (default 30).
     pub ttl: Option<Box<Loc<Int>>>,
+    /// false: the name answers NXDOMAIN and its endpoints are not probed (default true).
     pub enabled: Option<bool>,
+    /// The routing method.
+    #[schemars(with = "RoutingMethod")]
     pub routing: Loc<String>,
+    /// With no serving endpoint, degraded ones serve (default true); false: NODATA.
     pub fail_open: Option<bool>,
+    /// multivalue: how many addresses an answer holds, 1..10 (default 2).
     pub max_return: Option<Box<Loc<Int>>>,
+    /// weighted, groups, zone: pick by a hash of the client /24 (IPv6 /56) (default false).
     pub sticky: Option<Box<Loc<bool>>>,
+    /// geographic, subnet: `serve` answers the matched endpoint whatever its health;
+    /// `fallback` continues up the hierarchy or to the fallback endpoint (default serve).
+    #[schemars(with = "Option<DegradedMatch>")]
     pub degraded_match: Option<Box<Loc<String>>>,
+    /// zone: the client's zone answers while it holds at least this percentage of the
+    /// serving endpoints, 0..100 (default 20).
     pub safety_threshold: Option<Box<Loc<Int>>>,
+    /// The default monitor of every endpoint.
     pub monitor: Option<Box<Loc<RawMonitor>>>,
+    /// The endpoints (may be empty: the name then answers NODATA); groups routing has
+    /// `groups` instead.
     pub endpoints: Option<Box<Loc<Vec<Loc<RawEndpoint>>>>>,
+    /// groups: the endpoint groups, instead of `endpoints`.
     pub groups: Option<Box<Loc<Vec<Loc<RawGroup>>>>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A health monitor. An endpoint's keys are merged over the profile's, key by key.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Monitor")]
 pub struct RawMonitor {
+    /// Default http.
+    #[schemars(with = "Option<ProbeProtocol>")]
     pub protocol: Option<Box<Loc<String>>>,
+    /// 1..65535 (default 80 for http, 443 for https; required for tcp).
     pub port: Option<Box<Loc<Int>>>,
+    /// http(s) only: the path requested, starting with `/` (default `/`).
     pub path: Option<Box<Loc<String>>>,
+    /// Time between probes: 1s..1h (default 30s).
+    #[schemars(with = "Option<DurationText>")]
     pub interval: Option<Box<Loc<String>>>,
+    /// A probe not done within this long fails; below the interval (default
+    /// min(10s, max(interval - 1s, interval / 2))).
+    #[schemars(with = "Option<DurationText>")]
     pub timeout: Option<Box<Loc<String>>>,
+    /// Failures in a row still counted online: 0..9 (default 3).
     pub tolerated_failures: Option<Box<Loc<Int>>>,
+    /// http(s): 1 to 8 status codes (`301`) or ranges (`"200-299"`) within 100..599
+    /// (default `["200-299"]`).
     pub expected_status: Option<Box<Loc<Vec<Loc<StatusSpec>>>>>,
+    /// http(s): at most 8 request headers; one named like a default header (`Host`,
+    /// `User-Agent`, `Accept`, `Connection`) replaces it.
     pub headers: Option<Box<Loc<BTreeMap<String, String>>>>,
+    /// http(s): text that must appear in the first 5120 bytes of the body.
     pub body_contains: Option<Box<Loc<String>>>,
+    /// https: validate the certificate (default false).
     pub tls_verify: Option<Box<Loc<bool>>>,
 }
 
@@ -193,32 +383,61 @@ pub enum StatusSpec {
     Text(String),
 }
 
-#[derive(Debug, Deserialize)]
+/// An endpoint: an address or host name, or another profile (nested).
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Endpoint")]
 pub struct RawEndpoint {
+    /// Unique in the profile.
+    #[schemars(with = "EndpointName")]
     pub name: Loc<String>,
+    /// An IPv4 address (A), IPv6 address (AAAA) or absolute host name ending in `.`
+    /// (CNAME). Exactly one of `target` and `profile`.
+    #[schemars(with = "Option<Target>")]
     pub target: Option<Box<Loc<String>>>,
+    /// Nested: the name of another profile, whose answer this endpoint gives.
     pub profile: Option<Box<Loc<String>>>,
+    /// false: never probed, never served (default true).
     pub enabled: Option<bool>,
+    /// Not probed, always counted online (default false); not on nested endpoints.
     pub always_serve: Option<Box<Loc<bool>>>,
+    /// priority: 1..1000, unique in the profile (default the position: 1, 2, ...).
     pub priority: Option<Box<Loc<Int>>>,
+    /// weighted: 0..1000 (default 1); in groups 0..255 (default 128).
     pub weight: Option<Box<Loc<Int>>>,
+    /// performance: a region of the latency table.
     pub location: Option<Box<Loc<String>>>,
+    /// geographic: region codes (`WORLD`, `GEO-EU`, `FR`, `US-CA`, ...).
     pub geo: Option<Box<Loc<Vec<Loc<String>>>>>,
+    /// subnet: CIDRs or `start-end` ranges; the endpoint without `subnets` is the fallback.
+    #[schemars(with = "Option<Vec<Network>>")]
     pub subnets: Option<Box<Loc<Vec<Loc<String>>>>>,
+    /// zone: a zone of `topology.zones`.
     pub zone: Option<Box<Loc<String>>>,
+    /// Keys merged over the profile's `monitor`; not on nested endpoints.
     pub monitor: Option<Box<Loc<RawMonitor>>>,
+    /// Nested: the child counts online with at least this many online endpoints, 1..1000
+    /// (default 1).
     pub min_child_endpoints: Option<Box<Loc<Int>>>,
+    /// Nested: and at least this many serving IPv4 endpoints, 0..1000 (default 0).
     pub min_child_endpoints_ipv4: Option<Box<Loc<Int>>>,
+    /// Nested: and at least this many serving IPv6 endpoints, 0..1000 (default 0).
     pub min_child_endpoints_ipv6: Option<Box<Loc<Int>>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// groups: an endpoint group with a traffic dial.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Group")]
 pub struct RawGroup {
+    /// Unique in the profile.
     pub name: Loc<String>,
+    /// A region of the latency table.
     pub location: Option<Box<Loc<String>>>,
+    /// The percentage of the traffic left that this group takes while healthy, 0..100
+    /// (default 100).
     pub traffic_dial: Option<Box<Loc<Int>>>,
+    /// Endpoints with a `target` (no nested profiles); `weight` 0..255, default 128.
     pub endpoints: Loc<Vec<Loc<RawEndpoint>>>,
 }
 

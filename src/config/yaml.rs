@@ -445,6 +445,23 @@ mod tests {
         }
     }
 
+    /// The shipped profile files, whose first line names their JSON Schema for editors,
+    /// are read quickly: a comment line costs nothing.
+    #[test]
+    fn example_profiles_read_quickly() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for dir in ["profiles", "docker/profiles"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(text.starts_with("# yaml-language-server: $schema="), "{path:?}");
+                let quick = quick(&text).unwrap_or_else(|| panic!("gave up on {path:?}"));
+                let slow: Vec<RawProfile> = serde_saphyr::from_multiple(&text).unwrap();
+                assert_eq!(format!("{quick:?}"), format!("{slow:?}"), "{path:?}");
+            }
+        }
+    }
+
     /// Whatever serde-saphyr may read its own way is left to it, accepted or refused.
     #[test]
     fn anything_unusual_is_left_to_serde_saphyr() {

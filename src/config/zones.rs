@@ -9,6 +9,7 @@ use hickory_proto::serialize::binary::{BinDecoder, BinEncodable, BinEncoder, Res
 use hickory_proto::serialize::txt::{ParseResult, Parser};
 
 use super::check::int_or;
+use super::dnssec::{self, KeyWatch};
 use super::raw::{Loc, RawZone};
 use crate::FastMap;
 use crate::diag::{self, Limit, Pos, Sink};
@@ -18,8 +19,17 @@ use crate::wire::name::WireName;
 
 const MAX_TTL: i64 = 2_147_483_647;
 
-/// A zone being built; the serial and fingerprint are set once profiles are attached.
-pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path, limit: Limit) -> Option<Zone> {
+/// A zone being built; the serial and fingerprint are set once profiles are attached. A
+/// signed zone's keys are those published at `now`; `keys` learns their directory and
+/// when their timing changes next.
+pub fn build(
+    sink: &mut Sink<'_>,
+    raw: &Loc<RawZone>,
+    base: &Path,
+    limit: Limit,
+    now: u64,
+    keys: &mut KeyWatch,
+) -> Option<Zone> {
     let z = &raw.value;
     let origin = parse_name(sink, &z.origin, None)?;
     let origin_name = origin.to_name();
@@ -52,8 +62,9 @@ pub fn build(sink: &mut Sink<'_>, raw: &Loc<RawZone>, base: &Path, limit: Limit)
         }
     }
     add_ancestors(&mut nodes, &origin);
+    let dnssec = z.dnssec.as_ref().and_then(|d| dnssec::build(sink, d, &origin, base, now, keys));
     let soa_rdata = soa.rdata(0);
-    Some(Zone { origin, soa, serial: 0, ttl, soa_rdata, nodes, fingerprint: 0, dnssec: None })
+    Some(Zone { origin, soa, serial: 0, ttl, soa_rdata, nodes, fingerprint: 0, dnssec })
 }
 
 fn soa(sink: &mut Sink<'_>, z: &RawZone, first_ns: WireName, origin: &Name) -> Option<Soa> {

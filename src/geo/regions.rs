@@ -60,6 +60,11 @@ impl ByRegion {
     pub fn get(&self, id: RegionId) -> Option<usize> {
         self.0.binary_search_by_key(&id, |e| e.0).ok().map(|k| self.0[k].1)
     }
+
+    /// The mapping without the codes of endpoints `keep` refuses.
+    pub fn filtered(&self, keep: impl Fn(usize) -> bool) -> ByRegion {
+        ByRegion(self.0.iter().copied().filter(|e| keep(e.1)).collect())
+    }
 }
 
 /// What level of the hierarchy a code names.

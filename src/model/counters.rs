@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrayvec::ArrayVec;
 
 use super::profile::{MAX_ANSWERS, ProfileId};
+use crate::wire::cookie::Verdict;
 use crate::wire::{Rcode, Rtype};
 
 /// What was asked and answered, for metrics: the shell counts it after the reply is sent,
@@ -22,10 +23,29 @@ pub struct Outcome {
     pub rcode: Rcode,
     /// The query carried an EDNS Client Subnet option.
     pub ecs: bool,
-    /// The query carried a server cookie we made: its source address is proven.
-    pub proven_source: bool,
+    /// How the server cookie of the query's COOKIE option checked out; `None` without one.
+    pub cookie: Option<Verdict>,
     /// Health slots of the endpoints in the answer.
     pub endpoints: ArrayVec<usize, MAX_ANSWERS>,
+}
+
+impl Outcome {
+    /// The query carried a server cookie we made: its source address is proven.
+    pub fn proven_source(&self) -> bool {
+        self.cookie == Some(Verdict::Valid)
+    }
+}
+
+/// Queries by what their COOKIE option held, in the order of `QueryCounters::cookies`.
+const COOKIE_KINDS: usize = 4;
+
+fn cookie_index(c: Option<Verdict>) -> usize {
+    match c {
+        None => 0,
+        Some(Verdict::ClientOnly) => 1,
+        Some(Verdict::Valid) => 2,
+        Some(Verdict::Invalid) => 3,
+    }
 }
 
 /// Query types kept apart in `steerdns_queries_total`; the rest are `other`.
@@ -56,6 +76,7 @@ pub struct QueryCounters {
     queries: Box<[AtomicU64]>,
     answers: Box<[AtomicU64]>,
     ecs: [AtomicU64; 2],
+    cookies: [AtomicU64; COOKIE_KINDS],
 }
 
 fn zeroed(n: usize) -> Box<[AtomicU64]> {
@@ -70,6 +91,7 @@ impl QueryCounters {
             queries: zeroed((profiles + zones + 1) * CELLS),
             answers: zeroed(slots),
             ecs: [AtomicU64::new(0), AtomicU64::new(0)],
+            cookies: Default::default(),
         }
     }
 
@@ -88,6 +110,7 @@ impl QueryCounters {
             self.add(Cell::Answer(slot), 1);
         }
         self.ecs[usize::from(o.ecs)].fetch_add(1, Ordering::Relaxed);
+        self.cookies[cookie_index(o.cookie)].fetch_add(1, Ordering::Relaxed);
     }
 
     fn cell(&self, o: &Outcome) -> usize {
@@ -141,6 +164,16 @@ impl QueryCounters {
         })
     }
 
+    /// Every query counted for profile `id`, whatever its type and code (0 for an
+    /// unknown id): one row, so the admin API's per-profile figures stay cheap.
+    pub fn profile_queries(&self, id: ProfileId) -> u64 {
+        if id >= self.profiles {
+            return 0;
+        }
+        let row = &self.queries[id * CELLS..(id + 1) * CELLS];
+        row.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+
     /// How often the endpoint in health slot `slot` was in an answer.
     pub fn answers(&self, slot: usize) -> u64 {
         self.answers.get(slot).map_or(0, |n| n.load(Ordering::Relaxed))
@@ -149,6 +182,12 @@ impl QueryCounters {
     /// Queries without and with an EDNS Client Subnet option.
     pub fn ecs(&self) -> [u64; 2] {
         [self.ecs[0].load(Ordering::Relaxed), self.ecs[1].load(Ordering::Relaxed)]
+    }
+
+    /// Queries without a COOKIE option, then with one whose server cookie was missing
+    /// (client cookie only), valid, and invalid.
+    pub fn cookies(&self) -> [u64; COOKIE_KINDS] {
+        self.cookies.each_ref().map(|n| n.load(Ordering::Relaxed))
     }
 }
 
@@ -172,11 +211,12 @@ pub struct Tally {
     /// `(cell, count)`; a count of 0 marks a free entry.
     cells: [(Cell, u64); TALLY_CELLS],
     ecs: [u64; 2],
+    cookies: [u64; COOKIE_KINDS],
 }
 
 impl Default for Tally {
     fn default() -> Self {
-        Tally { cells: [(Cell::Query(0), 0); TALLY_CELLS], ecs: [0; 2] }
+        Tally { cells: [(Cell::Query(0), 0); TALLY_CELLS], ecs: [0; 2], cookies: [0; COOKIE_KINDS] }
     }
 }
 
@@ -188,6 +228,7 @@ impl Tally {
             self.bump(counters, Cell::Answer(slot));
         }
         self.ecs[usize::from(o.ecs)] += 1;
+        self.cookies[cookie_index(o.cookie)] += 1;
     }
 
     /// A cell whose entry another cell holds adds that one to the counters first.
@@ -211,7 +252,8 @@ impl Tally {
         for entry in self.cells.iter_mut().filter(|e| e.1 > 0) {
             counters.add(entry.0, std::mem::take(&mut entry.1));
         }
-        for (c, n) in counters.ecs.iter().zip(&mut self.ecs) {
+        let sums = counters.ecs.iter().zip(&mut self.ecs);
+        for (c, n) in sums.chain(counters.cookies.iter().zip(&mut self.cookies)) {
             if *n > 0 {
                 c.fetch_add(std::mem::take(n), Ordering::Relaxed);
             }
@@ -230,15 +272,16 @@ mod tests {
             qtype: Rtype::A,
             rcode,
             ecs,
-            proven_source: false,
+            cookie: None,
             endpoints: endpoints.iter().copied().collect(),
         }
     }
 
-    fn values(c: &QueryCounters) -> (Vec<u64>, Vec<u64>, [u64; 2]) {
+    type Values = (Vec<u64>, Vec<u64>, [u64; 2], [u64; COOKIE_KINDS]);
+
+    fn values(c: &QueryCounters) -> Values {
         let load = |v: &[AtomicU64]| v.iter().map(|a| a.load(Ordering::Relaxed)).collect();
-        let ecs = [c.ecs[0].load(Ordering::Relaxed), c.ecs[1].load(Ordering::Relaxed)];
-        (load(&c.queries), load(&c.answers), ecs)
+        (load(&c.queries), load(&c.answers), c.ecs(), c.cookies())
     }
 
     #[test]
@@ -247,12 +290,17 @@ mod tests {
         let outcomes: Vec<Outcome> = (0..5000usize)
             .map(|i| {
                 let p = (i * 7919) % 300;
-                outcome(
-                    Some(p).filter(|_| i % 5 != 0),
-                    [Rcode::NOERROR, Rcode::NXDOMAIN, Rcode::REFUSED][i % 3],
-                    i % 2 == 0,
-                    &[p, 299 - p],
-                )
+                let cookie = [None, Some(Verdict::ClientOnly), Some(Verdict::Valid)][i % 3];
+                let cookie = if i % 7 == 0 { Some(Verdict::Invalid) } else { cookie };
+                Outcome {
+                    cookie,
+                    ..outcome(
+                        Some(p).filter(|_| i % 5 != 0),
+                        [Rcode::NOERROR, Rcode::NXDOMAIN, Rcode::REFUSED][i % 3],
+                        i % 2 == 0,
+                        &[p, 299 - p],
+                    )
+                }
             })
             .collect();
         let (direct, tallied) = (QueryCounters::new(300, 1, 300), QueryCounters::new(300, 1, 300));
@@ -266,6 +314,13 @@ mod tests {
         }
         tally.flush(&tallied);
         assert_eq!(values(&tallied), values(&direct));
+        let per_profile: u64 = (0..300).map(|p| direct.profile_queries(p)).sum();
+        let counted: u64 = direct.queries().map(|q| q.count).sum();
+        let outside_profiles = outcomes.iter().filter(|o| o.profile.is_none()).count() as u64;
+        assert_eq!(per_profile, counted - outside_profiles);
+        assert_eq!(direct.profile_queries(300), 0);
         assert_eq!(values(&direct).2, [2500, 2500]);
+        assert_eq!(values(&direct).3.iter().sum::<u64>(), 5000);
+        assert!(values(&direct).3.iter().all(|n| *n > 0), "{:?}", values(&direct).3);
     }
 }

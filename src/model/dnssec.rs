@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ring::rand::SystemRandom;
+use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
 
 /// A DNSSEC signing algorithm steerdns signs with (RFC 8624 recommends both).
@@ -99,6 +99,29 @@ impl Signer {
         Ok(Signer(Arc::new(key)))
     }
 
+    /// A new random key: the signer, and the private key as BIND's `PrivateKey:` holds it
+    /// (the P-256 scalar, or the Ed25519 seed).
+    pub fn generate(algorithm: Algorithm) -> Result<(Signer, [u8; 32]), BadKey> {
+        let rng = SystemRandom::new();
+        let no_random = |_| BadKey("the system random source failed".into());
+        let (private, public) = match algorithm {
+            Algorithm::EcdsaP256Sha256 => {
+                let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+                    .map_err(no_random)?;
+                p256_from_pkcs8(pkcs8.as_ref())?
+            }
+            Algorithm::Ed25519 => {
+                let mut seed = [0u8; 32];
+                rng.fill(&mut seed).map_err(no_random)?;
+                let pair = Ed25519KeyPair::from_seed_unchecked(&seed)
+                    .map_err(|e| BadKey(format!("Ed25519 key from a seed: {e}")))?;
+                (seed, pair.public_key().as_ref().to_vec())
+            }
+        };
+        // Checks the pair too: a PKCS#8 layout other than the expected one fails here.
+        Ok((Signer::new(algorithm, &private, &public)?, private))
+    }
+
     /// Signs `data` (RFC 4034 §3.1.8.1: RRSIG RDATA without the signature, then the
     /// RRset in canonical form); the signature as RRSIG carries it (64 bytes: r | s for
     /// ECDSA, RFC 6605 §4; the Ed25519 signature, RFC 8080 §4).
@@ -122,6 +145,34 @@ impl Signer {
             SignerKey::Ed25519(pair) => pair.public_key().as_ref().to_vec(),
         }
     }
+}
+
+/// The start of the PKCS#8 document ring writes for a new P-256 key, up to the private
+/// scalar (RFC 5208 `PrivateKeyInfo` holding an RFC 5915 `ECPrivateKey`): SEQUENCE, version
+/// 0, the algorithm (id-ecPublicKey, prime256v1), then the OCTET STRING of the
+/// `ECPrivateKey`: SEQUENCE, version 1, OCTET STRING of 32 bytes.
+const P256_PKCS8_HEAD: [u8; 36] = [
+    0x30, 0x81, 0x87, 0x02, 0x01, 0x00, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02,
+    0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x04, 0x6d, 0x30, 0x6b, 0x02,
+    0x01, 0x01, 0x04, 0x20,
+];
+
+/// After the scalar: `[1]` publicKey, a BIT STRING of 66 bytes (no unused bits), holding the
+/// uncompressed point (0x04, x, y).
+const P256_PKCS8_PUBLIC: [u8; 6] = [0xa1, 0x44, 0x03, 0x42, 0x00, 0x04];
+
+/// The scalar (bytes 36..68) and the public key as DNSKEY holds it, x and y (bytes
+/// 74..138), of ring's P-256 PKCS#8 document. ring offers no other way to the raw scalar,
+/// which BIND's key files hold; the layout is checked byte for byte rather than assumed.
+fn p256_from_pkcs8(doc: &[u8]) -> Result<([u8; 32], Vec<u8>), BadKey> {
+    let layout_ok =
+        doc.len() == 138 && doc[..36] == P256_PKCS8_HEAD && doc[68..74] == P256_PKCS8_PUBLIC;
+    if !layout_ok {
+        return Err(BadKey("ring wrote a P-256 PKCS#8 document of an unknown layout".into()));
+    }
+    let mut scalar = [0u8; 32];
+    scalar.copy_from_slice(&doc[36..68]);
+    Ok((scalar, doc[74..].to_vec()))
 }
 
 impl fmt::Debug for Signer {
@@ -217,6 +268,9 @@ pub fn key_tag(dnskey_rdata: &[u8]) -> u16 {
 /// How a zone is signed: its keys and the signatures' timing.
 #[derive(Clone, Debug)]
 pub struct ZoneSigning {
+    /// The keys published when the configuration was loaded (a key whose time comes
+    /// later is added or removed by a reload at that time); a key signs while it has a
+    /// signer and `timing.active(now)`.
     pub keys: Vec<ZoneKey>,
     /// How long a signature is valid from its inception (seconds).
     pub validity: u32,
@@ -275,6 +329,49 @@ mod tests {
         ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, signer.public_key())
             .verify(b"data", &sig)
             .expect("the signature verifies");
+    }
+
+    #[test]
+    fn generated_keys_sign_and_verify() {
+        use ring::signature::{
+            ECDSA_P256_SHA256_FIXED, ED25519, UnparsedPublicKey, VerificationAlgorithm,
+        };
+        let algorithms: [(Algorithm, &'static dyn VerificationAlgorithm); 2] = [
+            (Algorithm::EcdsaP256Sha256, &ECDSA_P256_SHA256_FIXED),
+            (Algorithm::Ed25519, &ED25519),
+        ];
+        for (algorithm, verify) in algorithms {
+            let (signer, private) = Signer::generate(algorithm).unwrap();
+            let public = signer.public_key();
+            assert_eq!(public.len(), if algorithm == Algorithm::Ed25519 { 32 } else { 64 });
+            // The private bytes alone give the same signer back (as read from a file).
+            Signer::new(algorithm, &private, &public).expect("the pair matches");
+            let sig = signer.sign(b"data");
+            let key = match algorithm {
+                Algorithm::EcdsaP256Sha256 => [&[4u8][..], &public].concat(),
+                Algorithm::Ed25519 => public.clone(),
+            };
+            UnparsedPublicKey::new(verify, key).verify(b"data", &sig).expect("verifies");
+            let (other, _) = Signer::generate(algorithm).unwrap();
+            assert_ne!(other.public_key(), public, "each key is new");
+        }
+    }
+
+    /// The offsets `p256_from_pkcs8` reads, on a document of ring's: the scalar is where
+    /// the layout says, since it gives back the document's own public key.
+    #[test]
+    fn p256_pkcs8_layout() {
+        let rng = SystemRandom::new();
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let (scalar, public) = p256_from_pkcs8(doc.as_ref()).unwrap();
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, doc.as_ref(), &rng).unwrap();
+        assert_eq!(pair.public_key().as_ref()[1..], public[..]);
+        Signer::new(Algorithm::EcdsaP256Sha256, &scalar, &public).unwrap();
+        let mut other = doc.as_ref().to_vec();
+        other[5] = 1;
+        assert!(p256_from_pkcs8(&other).is_err());
+        assert!(p256_from_pkcs8(&doc.as_ref()[..137]).is_err());
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The immutable model the query path reads: profiles and their endpoints, zones and their
 //! records, endpoint statuses, and the snapshot that bundles one configuration with its
 //! health table and query counters. Built by `config`, read by `routing` and the responder,
-//! never changed after a load (statuses and counters are atomics).
+//! never changed after a load (statuses and counters are atomics). `events` is the one part
+//! outside the snapshot: the recent status changes and operator actions.
 
 pub mod counters;
 pub mod dnssec;
+pub mod events;
 pub mod health;
 pub mod presigned;
 pub mod profile;
@@ -16,5 +18,5 @@ pub mod zone;
 pub use counters::{Outcome, QueryCounters, Tally};
 pub use health::{HealthTable, HealthView, Status};
 pub use profile::*;
-pub use snapshot::{AdminLimits, Listen, Snapshot, TcpLimits};
+pub use snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
 pub use zone::Zone;

@@ -243,10 +243,22 @@ pub struct Endpoint {
     /// Stable hash of `name`, for sticky (rendezvous) picks.
     pub name_hash: u64,
     pub target: Target,
+    /// Takes answers: enabled in the configuration and not drained. Routing reads only
+    /// this, so a drained endpoint is routed exactly as a disabled one.
     pub enabled: bool,
     pub always_serve: bool,
     pub priority: u32,
+    /// The weight routing uses: the run-time override when there is one.
     pub weight: u32,
+    /// `enabled` and `weight` as the configuration says, before run-time overrides: what
+    /// a load starts from, so that an override cleared since the last load is undone.
+    pub configured_enabled: bool,
+    pub configured_weight: u32,
+    /// Drained at run time (admin API): takes no answers until undrained, but is still
+    /// probed, so its health is known when it comes back.
+    pub drained: bool,
+    /// The weight set at run time, if any.
+    pub weight_override: Option<u32>,
     /// Slot in the health table; `None` for nested endpoints, whose status comes from their
     /// child profile.
     pub health_slot: Option<usize>,

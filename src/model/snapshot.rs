@@ -4,6 +4,7 @@
 //! never sees a half-applied reload.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,13 +24,28 @@ use crate::wire::name::{WireName, suffix_offset};
 pub struct Listen {
     pub dns: Vec<SocketAddr>,
     pub admin: Option<SocketAddr>,
-    /// Bearer token the admin API requires (from `admin.token_file`), if any.
-    pub admin_token: Option<String>,
+    /// Bearer tokens the admin API accepts (`admin.token_file`, named `admin`, and
+    /// `admin.tokens`); none: the API needs no token.
+    pub admin_tokens: Vec<AdminToken>,
     /// UDP sockets (and threads) per `dns` address; `None`: one per core.
     pub udp_threads: Option<usize>,
     pub tcp: TcpLimits,
     /// Limits of the admin listener (from `admin:`).
     pub admin_limits: AdminLimits,
+}
+
+/// A bearer token of the admin API and the name changes made with it are recorded under.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    pub name: String,
+    pub secret: String,
+}
+
+// Without the secret: listeners are logged with `{:?}`.
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken").field("name", &self.name).finish_non_exhaustive()
+    }
 }
 
 /// What one DNS client may hold of the TCP front end (`listen.tcp_*`).
@@ -81,6 +97,26 @@ pub struct RateLimit {
     pub exempt: RangeMap<()>,
 }
 
+/// Query logging in dnstap (`log.dnstap`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dnstap {
+    pub output: DnstapOutput,
+    /// The fraction of exchanges logged, in (0, 1].
+    pub sample: f64,
+    /// The `identity` and `version` fields of every message.
+    pub identity: String,
+    pub version: String,
+}
+
+/// Where dnstap messages go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DnstapOutput {
+    /// A Frame Streams reader listening on this unix socket.
+    Socket(PathBuf),
+    /// A Frame Streams file, created anew at start.
+    File(PathBuf),
+}
+
 impl Default for AdminLimits {
     fn default() -> AdminLimits {
         AdminLimits { max_connections: 256, header_read_timeout: Duration::from_secs(10) }
@@ -105,6 +141,8 @@ pub struct Snapshot {
     pub rate_limit: Option<RateLimit>,
     /// Signatures of the signed zones' answers, made after the load (`presigned`).
     pub signatures: Presigned,
+    /// Query logging in dnstap; `None`: off.
+    pub dnstap: Option<Dnstap>,
 }
 
 impl Snapshot {
@@ -119,6 +157,7 @@ impl Snapshot {
         let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
         let cookies = Secrets::of_this_process();
         let rate_limit = None;
+        let dnstap = None;
         Snapshot {
             generation: 0,
             listen,
@@ -131,6 +170,7 @@ impl Snapshot {
             cookies,
             rate_limit,
             signatures: Presigned::default(),
+            dnstap,
         }
     }
 

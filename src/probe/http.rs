@@ -23,7 +23,7 @@ pub const MAX_INTERIM: usize = 8;
 /// The most response headers accepted.
 const MAX_HEADERS: usize = 100;
 /// The longest chunk-size line accepted in a chunked body.
-const MAX_CHUNK_LINE: usize = 1024;
+pub const MAX_CHUNK_LINE: usize = 1024;
 
 /// Why a response could not be read. The texts follow hyper's, which operators saw before;
 /// the limits' own texts name the limit.
@@ -137,16 +137,29 @@ pub async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Result<Response<'_, S
     let mut conn = Conn { s, buf: Vec::with_capacity(2048), pos: 0 };
     let mut interim = 0;
     loop {
+        // Pending bytes looked at already (parsed, or found to hold no LF), and whether the
+        // stream has ended.
+        let (mut looked, mut ended) = (0, false);
         let (len, status, framing) = loop {
-            if let Some(head) = parse_head(conn.pending())? {
-                break head;
+            let pending = conn.pending();
+            // A head ends with an LF: bytes without one cannot complete it, and an error in
+            // them is found just as well at the next LF, at the end or at the limit. Parsing
+            // once per line rather than once per read keeps a server that sends its head a
+            // few bytes at a time from costing a parse of the whole head per read.
+            let over = pending.len() > MAX_HEAD;
+            if ended || over || pending[looked..].contains(&b'\n') {
+                if let Some(head) = parse_head(pending)? {
+                    break head;
+                }
+                if over {
+                    return Err(HttpError::TooLarge);
+                }
+                if ended {
+                    return Err(HttpError::Incomplete);
+                }
             }
-            if conn.pending().len() > MAX_HEAD {
-                return Err(HttpError::TooLarge);
-            }
-            if !conn.fill().await? {
-                return Err(HttpError::Incomplete);
-            }
+            looked = pending.len();
+            ended = !conn.fill().await?;
         };
         conn.pos += len;
         // 101 is final (a protocol switch); other 1xx are followed by the real response.
@@ -160,13 +173,25 @@ pub async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Result<Response<'_, S
     }
 }
 
+/// Reads a whole response as a check with `body_contains` does: the head, then the first
+/// `body_limit` bytes of the body. The status and those bytes.
+pub async fn read_response<S: AsyncRead + Unpin>(
+    s: &mut S,
+    body_limit: usize,
+) -> Result<(u16, Vec<u8>), HttpError> {
+    let resp = read_head(s).await?;
+    let status = resp.status;
+    Ok((status, resp.body(body_limit).await?))
+}
+
 /// Parses a complete head at the start of `data`: its length, status and body framing.
+/// Only the first `MAX_HEAD` bytes are looked at, however many have arrived, so the outcome
+/// does not depend on how the response was cut into reads: a head that does not end within
+/// them is too large, whatever follows (a 101st header, say).
 fn parse_head(data: &[u8]) -> Result<Option<(usize, u16, Framing)>, HttpError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
-    let len = match resp.parse(data) {
-        // Checked here too: a whole oversized head may arrive in one read.
-        Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => return Err(HttpError::TooLarge),
+    let len = match resp.parse(&data[..data.len().min(MAX_HEAD)]) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => return Err(HttpError::TooManyHeaders),
@@ -268,11 +293,16 @@ impl<S: AsyncRead + Unpin> Response<'_, S> {
         u64::from_str_radix(text, 16).map_err(|_| HttpError::ChunkSize)
     }
 
-    /// The next line (without CRLF), consumed.
+    /// The next line (without CRLF), consumed. A line is at most `MAX_CHUNK_LINE` bytes
+    /// before its LF wherever the reads that brought it ended.
     async fn line(&mut self) -> Result<Vec<u8>, HttpError> {
+        // Pending bytes already searched: each read's bytes are searched once.
+        let mut searched = 0;
         loop {
             let data = self.conn.pending();
-            if let Some(i) = data.iter().position(|b| *b == b'\n') {
+            let window = &data[..data.len().min(MAX_CHUNK_LINE + 1)];
+            if let Some(i) = window[searched..].iter().position(|b| *b == b'\n') {
+                let i = searched + i;
                 let line = data[..i].strip_suffix(b"\r").unwrap_or(&data[..i]).to_vec();
                 self.conn.pos += i + 1;
                 return Ok(line);
@@ -280,6 +310,7 @@ impl<S: AsyncRead + Unpin> Response<'_, S> {
             if data.len() > MAX_CHUNK_LINE {
                 return Err(HttpError::ChunkSize);
             }
+            searched = window.len();
             if !self.conn.fill().await? {
                 return Err(HttpError::BodyEof);
             }
@@ -293,10 +324,23 @@ mod tests {
 
     /// Reads `response` (as one stream) and returns the status and the body up to `limit`.
     async fn read(response: &[u8], limit: usize) -> Result<(u16, Vec<u8>), HttpError> {
-        let mut s = response;
-        let resp = read_head(&mut s).await?;
-        let status = resp.status;
-        Ok((status, resp.body(limit).await?))
+        read_response(&mut &response[..], limit).await
+    }
+
+    /// A stream that hands out `data` a few bytes a read, as a slow server's segments.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            let n = self.0.len().min(buf.remaining()).min(3);
+            buf.put_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            std::task::Poll::Ready(Ok(()))
+        }
     }
 
     /// `n` interim responses, then `last`.
@@ -313,6 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn responses_table() {
+        let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
         /// The status and body read, or the error text.
         type Want = Result<(u16, &'static str), &'static str>;
         // (response, body limit, expected)
@@ -378,15 +423,39 @@ mod tests {
                 100,
                 Err("more than 100 response headers"),
             ),
+            // Past the head limit nothing counts, not even a 101st header.
+            (
+                &format!(
+                    "HTTP/1.1 200 OK\r\n{}\r\n",
+                    format!("h: {}\r\n", "a".repeat(160)).repeat(101)
+                ),
+                100,
+                Err("response head larger than 16384 bytes"),
+            ),
+            // A chunk-size line of 1024 bytes before its LF, and one of 1025.
+            (
+                &format!("{chunked}1;{}\r\na\r\n0\r\n\r\n", "x".repeat(MAX_CHUNK_LINE - 3)),
+                100,
+                Ok((200, "a")),
+            ),
+            (
+                &format!("{chunked}1;{}\r\na\r\n0\r\n\r\n", "x".repeat(MAX_CHUNK_LINE - 2)),
+                100,
+                Err("invalid chunk size line"),
+            ),
         ];
         for (response, limit, want) in cases {
-            let got = read(response.as_bytes(), *limit).await;
-            match (got, want) {
-                (Ok((status, body)), Ok((s, b))) => {
-                    assert_eq!((status, body.as_slice()), (*s, b.as_bytes()), "{response:?}")
+            // Whole, and a few bytes a read: how the response is cut changes nothing.
+            let whole = read(response.as_bytes(), *limit).await;
+            let trickled = read_response(&mut Trickle(response.as_bytes()), *limit).await;
+            for got in [whole, trickled] {
+                match (got, want) {
+                    (Ok((status, body)), Ok((s, b))) => {
+                        assert_eq!((status, body.as_slice()), (*s, b.as_bytes()), "{response:?}")
+                    }
+                    (Err(e), Err(text)) => assert_eq!(e.to_string(), *text, "{response:?}"),
+                    (got, want) => panic!("{response:?}: got {got:?}, want {want:?}"),
                 }
-                (Err(e), Err(text)) => assert_eq!(e.to_string(), *text, "{response:?}"),
-                (got, want) => panic!("{response:?}: got {got:?}, want {want:?}"),
             }
         }
     }

@@ -13,6 +13,7 @@ use super::check::Reason;
 use super::plan::{ProbeKey, User};
 use super::state::Machine;
 use crate::model::Protocol;
+use crate::model::events::{Event, Events, Kind};
 use crate::model::health::{HealthTable, Status};
 
 /// The outcome of the most recent run of a probe.
@@ -61,6 +62,8 @@ pub struct Users {
 pub struct Live {
     pub key: ProbeKey,
     inner: Mutex<Inner>,
+    /// Where status changes are recorded, one event per endpoint.
+    events: Arc<Events>,
 }
 
 struct Inner {
@@ -72,10 +75,18 @@ struct Inner {
 }
 
 impl Live {
-    /// A new probe: `checking` until its first result.
+    /// A new probe: `checking` until its first result. Its status changes are recorded in
+    /// a list of its own.
+    #[cfg(test)]
     pub fn new(key: ProbeKey, users: Users) -> Live {
+        Live::reporting(key, users, Arc::default())
+    }
+
+    /// A new probe that records its status changes in `events`.
+    pub fn reporting(key: ProbeKey, users: Users, events: Arc<Events>) -> Live {
         let live = Live {
             key,
+            events,
             inner: Mutex::new(Inner {
                 machine: Machine::default(),
                 last: None,
@@ -157,9 +168,12 @@ impl Live {
         Some((change, inner.users.clone()))
     }
 
-    /// One line per endpoint: operators search logs by profile and endpoint.
+    /// One line and one event per endpoint: operators search logs by profile and
+    /// endpoint, and a status page shows endpoints, not probes.
     fn log_change(&self, c: &StatusChange, users: &Users) {
         for u in &users.list {
+            let event = Event::new(Kind::Status, &u.profile, &u.endpoint).change(c.from, c.to);
+            self.events.record(Event { time: c.at, ..event.reason(c.reason.as_str()) });
             tracing::info!(
                 profile = %u.profile,
                 endpoint = %u.endpoint,

@@ -28,10 +28,18 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use check::Reason;
+
+/// The HTTP response reader, for the `probe_http` fuzz target in `fuzz/` alone: it feeds
+/// the reader from memory and checks its limits.
+#[doc(hidden)]
+pub mod http_reader {
+    pub use super::http::{HttpError, MAX_CHUNK_LINE, MAX_HEAD, MAX_INTERIM, read_response};
+}
 pub use live::{ProbeResult, StatusChange};
 pub use plan::{ProbeKey, ProbeTarget};
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
 
+use crate::model::events::Events;
 use crate::model::health::{HealthTable, HealthView, Status};
 use crate::model::snapshot::Snapshot;
 use check::{Check, Clients};
@@ -110,12 +118,14 @@ pub struct Prober {
     /// Taken by `adopt`, `stats` and `wait`; never by queries or probe tasks.
     running: Mutex<HashMap<ProbeKey, Running>>,
     adopted: ArcSwap<Adopted>,
+    /// Where probes record status changes.
+    events: Arc<Events>,
 }
 
 impl Prober {
-    /// Starts probing `snap`. Must be called inside a tokio runtime, whose tasks run the
-    /// probes; cancelling `cancel` stops them all.
-    pub fn start(snap: &Snapshot, cancel: CancellationToken) -> Prober {
+    /// Starts probing `snap`, recording status changes in `events`. Must be called inside
+    /// a tokio runtime, whose tasks run the probes; cancelling `cancel` stops them all.
+    pub fn start(snap: &Snapshot, cancel: CancellationToken, events: Arc<Events>) -> Prober {
         let prober = Prober {
             runtime: Handle::current(),
             cancel,
@@ -128,6 +138,7 @@ impl Prober {
                 table: snap.health.clone(),
                 lives: Arc::default(),
             }),
+            events,
         };
         let (_, started, _) = prober.switch(snap);
         tracing::info!(probes = started, "health prober started");
@@ -216,7 +227,7 @@ impl Prober {
             "probe started"
         );
         let first = schedule::first_run(self.epoch, &key);
-        let live = Arc::new(Live::new(key, users));
+        let live = Arc::new(Live::reporting(key, users, self.events.clone()));
         let cancel = self.cancel.child_token();
         let task = self.runtime.spawn(schedule::run(
             live.clone(),

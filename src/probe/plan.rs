@@ -2,8 +2,8 @@
 //! that uses it.
 //!
 //! Pure, so what is shared and what is probed at all is tested without sockets. An
-//! endpoint is probed when it is a leaf (not nested), enabled, not `always_serve` and its
-//! profile is enabled; the endpoints of a disabled profile are reported `stopped` instead,
+//! endpoint is probed when it is a leaf (not nested), enabled in the configuration
+//! (drained or not), not `always_serve` and its profile is enabled; the endpoints of a disabled profile are reported `stopped` instead,
 //! since nothing can be served from them. A plan is built against the previous one and
 //! shares every profile that did not change, since reloads mostly change little and a
 //! fresh plan of a large configuration is mostly allocation.
@@ -178,9 +178,10 @@ fn same_target(probe: &ProbeTarget, t: &Target) -> bool {
     }
 }
 
-/// The monitor that probes `ep`, whether or not its profile is enabled.
+/// The monitor that probes `ep`, whether or not its profile is enabled. A drained
+/// endpoint is probed as before, so its health is known when it is undrained.
 fn monitor(ep: &Endpoint) -> Option<&Monitor> {
-    ep.monitor.as_deref().filter(|_| ep.enabled && !ep.always_serve)
+    ep.monitor.as_deref().filter(|_| ep.configured_enabled && !ep.always_serve)
 }
 
 /// The base slot `p` puts `old` at, if `old` still describes `p` exactly. `old` was looked

@@ -87,7 +87,7 @@ pub fn respond<R: Rng + ?Sized>(
                 ecs: None,
                 cookie: Some(&cookie),
             });
-            Some(Outcome { rcode, proven_source: verdict == Verdict::Valid, ..Outcome::default() })
+            Some(Outcome { rcode, cookie: Some(verdict), ..Outcome::default() })
         }
         Parsed::Query(req) => {
             let limit = match packet.transport {
@@ -105,7 +105,7 @@ pub fn respond<R: Rng + ?Sized>(
             // a truncated one too.
             let cookie = req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes));
             let cookie = cookie.map(|c| snap.cookies.reply(&c, packet.src, packet.now));
-            outcome.proven_source = cookie.is_some_and(|(_, v)| v == Verdict::Valid);
+            outcome.cookie = cookie.map(|(_, v)| v);
             let reply = Reply { req: &req, cookie: cookie.as_ref().map(|(c, _)| c) };
             let sign = req
                 .edns

@@ -28,8 +28,13 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     for &id in chain.ids() {
         let Some(i) = by_region.get(id) else { continue };
         let ep = &profile.endpoints[i];
-        let status = endpoint_status(ctx, ep);
         let code = ctx.world.regions.code(id);
+        if !ep.enabled {
+            // Drained since the mapping was built: as if its codes were not mapped.
+            ctx.note(|| format!("{code} maps to endpoint {}, which is drained", ep.name));
+            continue;
+        }
+        let status = endpoint_status(ctx, ep);
         ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
         if nodata(ctx, ep, status, q.want) {
             return Pick::NoData { scope };
@@ -150,6 +155,25 @@ mod tests {
             assert_eq!(got.first().map(String::as_str), *want, "case {i}");
             assert_eq!(scope, 24, "case {i}: scope is the geo network's prefix");
         }
+    }
+
+    /// A drained endpoint's codes stay in the mapping (built before the drain): the walk
+    /// goes past them as if they were not mapped.
+    #[test]
+    fn a_drained_match_is_skipped_like_an_unmapped_code() {
+        for (fallback, world, want) in [(false, true, Some("eu")), (true, true, Some("eu"))] {
+            let mut w = lab(fallback, world);
+            let fr = &mut w.profiles[0].endpoints[0];
+            (fr.enabled, fr.drained) = (false, true);
+            let (got, scope) = answer(&w, &client_in("198.51.100.7", "FR", "IDF", None, 24));
+            assert_eq!((got.first().map(String::as_str), scope), (want, 24));
+        }
+        let mut w = lab(false, false);
+        for i in [0, 1] {
+            w.profiles[0].endpoints[i].enabled = false;
+        }
+        let (got, _) = answer(&w, &client_in("198.51.100.7", "FR", "", None, 24));
+        assert!(got.is_empty(), "nothing left above FR: NODATA");
     }
 
     #[test]

@@ -146,6 +146,9 @@ where
     R: Rng + ?Sized,
 {
     ctx.note(|| format!("profile {} (routing: {})", profile.name, profile.method.as_str()));
+    if ctx.trace.is_some() {
+        note_overrides(ctx, profile);
+    }
     let pick = match &profile.rules {
         Rules::Plain => plain(ctx, profile, q, rng),
         Rules::Geographic { by_region, fallback_on_degraded, compiled } => {
@@ -166,6 +169,22 @@ where
         Pick::NoData { scope } => {
             ctx.note(|| "no endpoint can answer: NODATA".to_string());
             Decision::NoData { scope }
+        }
+    }
+}
+
+/// Says which endpoints an operator drained or weighed at run time: they route as
+/// configured otherwise, so a trace without this line would not explain the answer.
+fn note_overrides<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, profile: &Profile) {
+    for ep in &profile.endpoints {
+        if ep.drained {
+            ctx.note(|| format!("endpoint {} is drained: it takes no answers", ep.name));
+        }
+        if let Some(w) = ep.weight_override {
+            let was = ep.configured_weight;
+            ctx.note(|| {
+                format!("endpoint {} has weight {w} set at run time (configured {was})", ep.name)
+            });
         }
     }
 }

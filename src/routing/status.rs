@@ -6,11 +6,26 @@ use crate::model::{Endpoint, Nested, Target};
 
 use super::Ctx;
 
-/// The status of one endpoint: disabled, unmonitored, probed, or derived from a child.
+/// The status of one endpoint: disabled (drained ones too), unmonitored, probed, or
+/// derived from a child.
 pub fn endpoint_status<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, ep: &Endpoint) -> Status {
     if !ep.enabled {
         return Status::Disabled;
     }
+    monitored_status(ctx, ep)
+}
+
+/// The status an endpoint's probes (or its child profile) give it, drained or not: what
+/// the admin API shows, beside `drained`, so that operators see whether a drained endpoint
+/// is fit to come back. Routing reads `endpoint_status`.
+pub fn health_status<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, ep: &Endpoint) -> Status {
+    if !ep.configured_enabled {
+        return Status::Disabled;
+    }
+    monitored_status(ctx, ep)
+}
+
+fn monitored_status<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, ep: &Endpoint) -> Status {
     // `always_serve` endpoints hold `unmonitored` in the health table (the prober never
     // writes them), so one lookup serves every leaf and `explain --down` can override any.
     match &ep.target {

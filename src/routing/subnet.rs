@@ -35,6 +35,15 @@ pub fn pick<'a, H: HealthView + ?Sized>(
         None => Pick::NoData { scope },
     };
     match hit.value {
+        // Drained since the ranges were built: as if its ranges were not there. The scope
+        // stays that of the range, within which every client gets the same answer.
+        Some(&i) if !profile.endpoints[i].enabled => {
+            let name = &profile.endpoints[i].name;
+            ctx.note(|| {
+                format!("client {} is in a range of {name}, which is drained", q.client.addr)
+            });
+            fallback_or_nodata()
+        }
         Some(&i) => {
             let status = endpoint_status(ctx, &profile.endpoints[i]);
             ctx.note(|| {
@@ -111,6 +120,21 @@ mod tests {
             let (got, s) = names(&d);
             assert_eq!(got.first().map(String::as_str), *want, "case {i}");
             assert_eq!(s, *scope, "case {i} scope");
+        }
+    }
+
+    /// A drained endpoint keeps its ranges (they were built before the drain): its clients
+    /// get the fallback, or NODATA, with the range's scope.
+    #[test]
+    fn a_drained_endpoints_clients_get_what_no_range_gets() {
+        for (fallback, want) in [(true, Some("fb")), (false, None)] {
+            let mut w = lab(fallback, false, false);
+            let b = &mut w.profiles[0].endpoints[1];
+            (b.enabled, b.drained) = (false, true);
+            let client = Client::from_addr("192.0.2.15".parse().unwrap());
+            let d = route(w.ctx(), 0, Query { want: Want::A, client: &client }, &mut rng(1));
+            let (got, s) = names(&d);
+            assert_eq!((got.first().map(String::as_str), s), (want, 30), "fallback {fallback}");
         }
     }
 }

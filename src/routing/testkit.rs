@@ -72,6 +72,10 @@ impl Lab {
             always_serve: false,
             priority: eps.len() as u32 + 1,
             weight: 1,
+            configured_enabled: true,
+            configured_weight: 1,
+            drained: false,
+            weight_override: None,
             health_slot: (!nested).then_some(self.slots),
             monitor: None,
         });

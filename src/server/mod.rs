@@ -3,12 +3,16 @@
 //!
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
 //! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
-//! SIGHUP or `admin`), and `admin` serves the HTTP API.
+//! SIGHUP, `admin` or `key_timing`) and override changes (`overrides`, from `admin`),
+//! `admin` serves the HTTP API, and `dnstap` writes the query log.
 
 pub mod admin;
 pub mod conns;
 pub mod control;
+pub mod dnstap;
 pub mod fdlimit;
+pub mod key_timing;
+pub mod overrides;
 pub mod presign;
 pub mod rrl;
 pub mod tcp;
@@ -27,10 +31,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ConfigErrors};
+use crate::model::events::Events;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use conns::Conns;
 use control::Control;
+use dnstap::Tap;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -38,6 +44,8 @@ pub enum ServerError {
     Config(#[from] ConfigErrors),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Dnstap(#[from] dnstap::DnstapError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -49,6 +57,8 @@ pub struct Server {
     /// The UDP workers and the pre-signer, joined at shutdown.
     threads: Vec<JoinHandle<()>>,
     tasks: JoinSet<()>,
+    /// The dnstap writer, when `log.dnstap` is set; closed after the listeners.
+    tap: Option<Tap>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -65,10 +75,14 @@ impl Server {
         };
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
+        let tap = loaded.snapshot.dnstap.as_ref().map(Tap::start).transpose()?;
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
-        let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone()));
-        let control = Arc::new(Control::new(config_path.to_path_buf(), loaded, prober));
+        let events = Arc::new(Events::default());
+        let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone(), events.clone()));
+        let dnstap_stats = tap.as_ref().map(Tap::stats);
+        let control =
+            Arc::new(Control::new(config_path.to_path_buf(), loaded, prober, events, dnstap_stats));
         let mut server = Server {
             control,
             dns_addrs: Vec::new(),
@@ -76,6 +90,7 @@ impl Server {
             cancel,
             threads: Vec::new(),
             tasks: JoinSet::new(),
+            tap,
             _watcher: None,
         };
         match presign::spawn(server.control.shared.clone(), server.cancel.clone()) {
@@ -88,6 +103,7 @@ impl Server {
             server.shutdown().await;
             return Err(e);
         }
+        server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
             Ok(w) => Some(w),
             Err(e) => {
@@ -120,7 +136,7 @@ impl Server {
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
             let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
             tracing::info!(%actual, "admin API listening");
-            if !addr.ip().is_loopback() && listen.admin_token.is_none() {
+            if !addr.ip().is_loopback() && listen.admin_tokens.is_empty() {
                 // Only with `admin.allow_unauthenticated: true`: the load refuses it otherwise.
                 tracing::warn!(%actual, "admin API reachable from other hosts without a token (admin.allow_unauthenticated)");
             }
@@ -157,14 +173,16 @@ impl Server {
         for (i, sock) in udp.into_iter().enumerate() {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let limiter = self.control.limiter.clone();
+            let tap = self.tap.as_ref().map(Tap::udp);
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
-                .spawn(move || udp::serve(sock, shared, limiter, cancel))
+                .spawn(move || udp::serve(sock, shared, limiter, tap, cancel))
                 .map_err(|e| bind_err(addr, e))?;
             self.threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
-        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, cancel));
+        let tap = self.tap.as_ref().map(Tap::tcp);
+        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, tap, cancel));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
@@ -198,15 +216,21 @@ impl Server {
         self.control.reload("request")
     }
 
-    /// Stops every listener and probe and waits for them.
+    /// Stops every listener and probe and waits for them; then the dnstap writer writes
+    /// what they logged and closes its stream.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
         let threads = std::mem::take(&mut self.threads);
-        let _ =
-            tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join())))
-                .await;
+        let tap = self.tap.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            threads.into_iter().for_each(|t| drop(t.join()));
+            if let Some(tap) = tap {
+                tap.finish();
+            }
+        })
+        .await;
     }
 }
 

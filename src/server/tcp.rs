@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::conns::{Admitted, Conns};
+use super::dnstap::{Exchange, TcpTap, Time};
 use crate::model::TcpLimits;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
@@ -43,12 +44,14 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(s.into())
 }
 
-/// Accepts connections into `conns` until `cancel` fires.
+/// Accepts connections into `conns` until `cancel` fires. With `tap`, a sample of the
+/// exchanges goes to the dnstap writer.
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<ArcSwap<Snapshot>>,
     conns: Arc<Conns>,
     limits: TcpLimits,
+    tap: Option<Arc<TcpTap>>,
     cancel: CancellationToken,
 ) {
     let listener = match TcpListener::from_std(listener) {
@@ -74,13 +77,13 @@ pub async fn serve(
                 continue;
             }
         };
-        let (shared, cancel) = (shared.clone(), cancel.clone());
+        let (shared, cancel, tap) = (shared.clone(), cancel.clone(), tap.clone());
         tokio::spawn(async move {
             let evicted = admitted.conn.evicted.clone();
             tokio::select! {
                 _ = cancel.cancelled() => {}
                 _ = evicted.cancelled() => tracing::debug!(%peer, "tcp connection evicted: the table is full"),
-                r = connection(stream, peer, shared, &admitted, limits) => if let Err(e) = r {
+                r = connection(stream, peer, shared, &admitted, limits, tap.as_deref()) => if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "tcp connection ended");
                 },
             }
@@ -94,9 +97,12 @@ async fn connection(
     shared: Arc<ArcSwap<Snapshot>>,
     admitted: &Admitted,
     limits: TcpLimits,
+    tap: Option<&TcpTap>,
 ) -> std::io::Result<()> {
     let (idle, io) = (limits.idle_timeout, limits.io_timeout);
     let _ = stream.set_nodelay(true);
+    // Our end of the connection, for the query log (only looked up when logging).
+    let local = if tap.is_some() { stream.local_addr()? } else { peer };
     let (rd, wr) = stream.into_split();
     // Buffered both ways: pipelined queries are read with one system call and their answers
     // leave together when no more input is waiting.
@@ -123,8 +129,20 @@ async fn connection(
             let snap = shared.load();
             let now = unix_now();
             let packet = Packet { bytes: &query, src: peer.ip(), transport: Transport::Tcp, now };
+            let logged = tap.filter(|t| t.sampled(&mut rng)).map(|t| (t, Time::now()));
             let outcome = respond(&snap, &*snap.health, packet, &mut rng, &mut out, None);
-            outcome.map(|o| snap.counters.record(&o)).is_some()
+            let answered = outcome.map(|o| snap.counters.record(&o)).is_some();
+            if let Some((tap, query_time)) = logged {
+                tap.offer(&Exchange {
+                    transport: Transport::Tcp,
+                    client: peer,
+                    server: local,
+                    query: &query,
+                    query_time,
+                    response: answered.then(|| (&out[..], Time::now())),
+                });
+            }
+            answered
         };
         if !answered {
             timed(io, writer.flush()).await?;

@@ -47,6 +47,48 @@ impl Totals {
         }
         all
     }
+
+    /// What retired snapshots counted for one profile: its queries, and how often each
+    /// of `endpoints` was in an answer (in that order). Found by the profile's labels, so
+    /// the counts carry across reloads exactly as its `/metrics` series do.
+    pub fn retired_profile(
+        &self,
+        zone: &str,
+        profile: &str,
+        endpoints: &[&str],
+    ) -> (u64, Vec<u64>) {
+        let totals = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        // Series sort by name, then labels in order; those starting with this zone and
+        // profile (every query type and code) follow the bare prefix in one run.
+        let prefix = vec![("zone", zone.to_string()), ("profile", profile.to_string())];
+        let start = Series::new("steerdns_queries", prefix.clone());
+        let queries = totals
+            .range(&start..)
+            .take_while(|(s, _)| s.name == start.name && s.labels.starts_with(&prefix))
+            .map(|(_, n)| n)
+            .sum();
+        let answers = endpoints
+            .iter()
+            .map(|ep| {
+                let labels = vec![("profile", profile.to_string()), ("endpoint", ep.to_string())];
+                totals.get(&Series::new("steerdns_answers", labels)).copied().unwrap_or(0)
+            })
+            .collect();
+        (queries, answers)
+    }
+
+    /// Every query retired snapshots answered (the sum of their ECS counters, which count
+    /// each answered query once).
+    pub fn retired_queries(&self) -> u64 {
+        let totals = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        ["absent", "present"]
+            .iter()
+            .map(|state| {
+                let series = Series::new("steerdns_ecs_queries", vec![("ecs", state.to_string())]);
+                totals.get(&series).copied().unwrap_or(0)
+            })
+            .sum()
+    }
 }
 
 /// The non-zero counters of a snapshot, labelled.
@@ -76,6 +118,9 @@ fn counter_series(s: &Snapshot) -> Vec<(Series, u64)> {
     for (n, state) in c.ecs().into_iter().zip(["absent", "present"]) {
         out.push((Series::new("steerdns_ecs_queries", vec![("ecs", state.to_string())]), n));
     }
+    for (n, kind) in c.cookies().into_iter().zip(["absent", "client_only", "valid", "invalid"]) {
+        out.push((Series::new("steerdns_cookie_queries", vec![("cookie", kind.to_string())]), n));
+    }
     out
 }
 
@@ -87,5 +132,53 @@ fn row_labels(s: &Snapshot, row: Row) -> (String, String) {
         }
         Row::Zone(z) => (s.zones[z].origin.to_string(), String::new()),
         Row::Outside => ("none".to_string(), String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(zone: &str, profile: &str, qtype: &str, rcode: &str) -> Series {
+        let labels = vec![
+            ("zone", zone.to_string()),
+            ("profile", profile.to_string()),
+            ("qtype", qtype.to_string()),
+            ("rcode", rcode.to_string()),
+        ];
+        Series::new("steerdns_queries", labels)
+    }
+
+    fn answers(profile: &str, endpoint: &str) -> Series {
+        let labels = vec![("profile", profile.to_string()), ("endpoint", endpoint.to_string())];
+        Series::new("steerdns_answers", labels)
+    }
+
+    #[test]
+    fn a_profiles_retired_counts_are_its_own_series_only() {
+        let t = Totals::default();
+        let z = "tm.example.test.";
+        let series = [
+            (query(z, "a.tm.example.test.", "A", "NOERROR"), 5),
+            (query(z, "a.tm.example.test.", "AAAA", "NOERROR"), 2),
+            (query(z, "a.tm.example.test.", "other", "other"), 1),
+            // Neighbours in the map's order: a name sharing a's prefix, the zone's other
+            // names, another zone.
+            (query(z, "a.tm.example.test.x", "A", "NOERROR"), 100),
+            (query(z, "", "A", "NXDOMAIN"), 100),
+            (query("other.test.", "a.tm.example.test.", "A", "NOERROR"), 100),
+            (answers("a.tm.example.test.", "one"), 4),
+            (answers("a.tm.example.test.", "two"), 3),
+            (answers("a.tm.example.test.x", "one"), 100),
+            (Series::new("steerdns_ecs_queries", vec![("ecs", "absent".into())]), 9),
+            (Series::new("steerdns_ecs_queries", vec![("ecs", "present".into())]), 1),
+        ];
+        t.totals.lock().unwrap().extend(series);
+        let (queries, per_endpoint) =
+            t.retired_profile(z, "a.tm.example.test.", &["one", "two", "three"]);
+        assert_eq!(queries, 8);
+        assert_eq!(per_endpoint, [4, 3, 0]);
+        assert_eq!(t.retired_profile(z, "b.tm.example.test.", &["one"]), (0, vec![0]));
+        assert_eq!(t.retired_queries(), 10);
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use arrayvec::ArrayVec;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -23,6 +24,7 @@ use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond, slip};
 use crate::wire::cookie::unix_now;
 
+use super::dnstap::{Exchange, Time, UdpTap};
 use super::rrl::{Limiter, Verdict};
 
 /// Packets taken per system call.
@@ -70,15 +72,18 @@ fn never_fragment(s: &Socket, addr: SocketAddr) -> io::Result<()> {
 }
 
 /// Serves one socket until `cancel` fires. Blocking: run it on its own thread.
+/// With `tap`, a sample of the exchanges goes to the dnstap writer.
 pub fn serve(
     sock: UdpSocket,
     shared: Arc<ArcSwap<Snapshot>>,
     limiter: Arc<Limiter>,
+    mut tap: Option<UdpTap>,
     cancel: CancellationToken,
 ) {
     let mut worker = Worker::new();
     let mut rng = SmallRng::from_os_rng();
     let mut tally = Tally::default();
+    let server = sock.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     while !cancel.is_cancelled() {
         let n = match worker.receive(&sock) {
             Ok(n) => n,
@@ -105,6 +110,11 @@ pub fn serve(
             let Some(src) = worker.source(i) else {
                 continue;
             };
+            if let Some(tap) = &tap
+                && tap.sampled(&mut rng)
+            {
+                worker.mark(i);
+            }
             let len = worker.len(i);
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
             let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp, now };
@@ -112,7 +122,7 @@ pub fn serve(
                 // Only what is sent is counted: a dropped answer shows in the limiter's
                 // counts alone, a slipped one hands out no endpoint.
                 if let Some(limit) = &snap.rate_limit
-                    && !outcome.proven_source
+                    && !outcome.proven_source()
                     && limit.exempt.lookup(src.ip()).value.is_none()
                 {
                     match limiter.check(limit, src.ip(), now) {
@@ -133,6 +143,9 @@ pub fn serve(
         if let Err(e) = worker.send(&sock, replies) {
             tracing::debug!(error = %e, "udp send failed");
         }
+        if let Some(tap) = &mut tap {
+            worker.log(tap, server, replies);
+        }
     }
 }
 
@@ -144,6 +157,10 @@ struct Worker {
     /// whose address is sent back as the kernel gave it.
     reply_to: [usize; BATCH],
     headers: Box<Headers>,
+    /// The datagrams of this batch picked for the query log, in order, and when the first
+    /// of them was picked (the query time of them all).
+    marked: ArrayVec<usize, BATCH>,
+    marked_at: Time,
 }
 
 /// The `recvmmsg`/`sendmmsg` headers, set up once: a batch only resets the address
@@ -182,7 +199,45 @@ impl Worker {
             tx: (0..BATCH).map(|_| Vec::with_capacity(1500)).collect(),
             reply_to: [0; BATCH],
             headers,
+            marked: ArrayVec::new(),
+            marked_at: Time::default(),
         }
+    }
+
+    /// Picks datagram `i` of this batch for the query log.
+    fn mark(&mut self, i: usize) {
+        if self.marked.is_empty() {
+            self.marked_at = Time::now();
+        }
+        self.marked.push(i);
+    }
+
+    /// Hands the picked datagrams of the batch just sent, with their replies (the first
+    /// `replies` buffers), to the query log. Both lists are in datagram order, so one pass
+    /// pairs each query with its reply, if it got one.
+    fn log(&mut self, tap: &mut UdpTap, server: SocketAddr, replies: usize) {
+        if self.marked.is_empty() {
+            return;
+        }
+        let sent = Time::now();
+        let mut r = 0;
+        for &i in &self.marked {
+            while r < replies && self.reply_to[r] < i {
+                r += 1;
+            }
+            let Some(client) = self.source(i) else { continue };
+            let answered = r < replies && self.reply_to[r] == i;
+            tap.offer(&Exchange {
+                transport: Transport::Udp,
+                client,
+                server,
+                query: &self.rx[i][..self.len(i)],
+                query_time: self.marked_at,
+                response: answered.then(|| (&self.tx[r][..], sent)),
+            });
+        }
+        self.marked.clear();
+        tap.flush();
     }
 
     /// Waits for at least one datagram, then takes whatever else is queued (up to BATCH).

@@ -1,5 +1,5 @@
-//! Hot reload on file changes: the profiles directory and `steerdns.yaml` are watched
-//! (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
+//! Hot reload on file changes: the profiles directory, `steerdns.yaml` and the DNSSEC key
+//! directories are watched (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
 //! is debounced into one reload, at most `MAX_DELAY` after the burst's first event.
 
 use std::path::{Path, PathBuf};
@@ -25,20 +25,32 @@ pub fn spawn(
     control: Arc<Control>,
     cancel: CancellationToken,
 ) -> notify::Result<RecommendedWatcher> {
-    let config = absolute(&control.config_path);
-    let profiles = absolute(&control.profiles_dir());
+    let watched = Watched {
+        config: absolute(&control.config_path),
+        profiles: absolute(&control.profiles_dir()),
+        key_dirs: control.key_dirs().iter().map(|d| absolute(d)).collect(),
+    };
     let (tx, rx) = mpsc::unbounded_channel();
-    let (cfg, dir) = (config.clone(), profiles.clone());
+    let config = watched.config.clone();
+    let profiles = watched.profiles.clone();
+    let key_dirs = watched.key_dirs.clone();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
         if let Ok(ev) = res
-            && relevant(&ev, &cfg, &dir)
+            && watched.relevant(&ev)
         {
             let _ = tx.send(());
         }
     })?;
     watcher.watch(&profiles, RecursiveMode::NonRecursive)?;
-    if let Some(parent) = config.parent() {
+    let parent = config.parent();
+    if let Some(parent) = parent {
         watcher.watch(parent, RecursiveMode::NonRecursive)?;
+    }
+    for dir in key_dirs.iter().filter(|d| Some(d.as_path()) != parent && **d != profiles) {
+        // A missing key directory fails the load; a load that succeeds has it.
+        if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the key directory; reload with SIGHUP or the API after key changes");
+        }
     }
     tokio::spawn(debounce_loop(rx, control, cancel));
     Ok(watcher)
@@ -48,16 +60,29 @@ fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// A change to the config file, or to a YAML file in the profiles directory.
-fn relevant(ev: &Event, config: &Path, profiles: &Path) -> bool {
-    if matches!(ev.kind, EventKind::Access(_)) {
-        return false;
+/// What a change must touch to cause a reload (absolute paths).
+struct Watched {
+    config: PathBuf,
+    profiles: PathBuf,
+    key_dirs: Vec<PathBuf>,
+}
+
+impl Watched {
+    /// A change to the config file, to a YAML file in the profiles directory, or to a key
+    /// file in a key directory.
+    fn relevant(&self, ev: &Event) -> bool {
+        if matches!(ev.kind, EventKind::Access(_)) {
+            return false;
+        }
+        ev.paths.iter().any(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let hidden = name.starts_with('.');
+            let yaml = (name.ends_with(".yaml") || name.ends_with(".yml")) && !hidden;
+            let key = (name.ends_with(".key") || name.ends_with(".private")) && !hidden;
+            let in_key_dir = p.parent().is_some_and(|d| self.key_dirs.iter().any(|k| k == d));
+            *p == self.config || (p.parent() == Some(&self.profiles) && yaml) || (in_key_dir && key)
+        })
     }
-    ev.paths.iter().any(|p| {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let yaml = (name.ends_with(".yaml") || name.ends_with(".yml")) && !name.starts_with('.');
-        p == config || (p.parent() == Some(profiles) && yaml)
-    })
 }
 
 async fn debounce_loop(

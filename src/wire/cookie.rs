@@ -102,50 +102,63 @@ pub enum Verdict {
     Invalid,
 }
 
+/// What checking a server cookie found out.
+struct Checked {
+    verdict: Verdict,
+    /// The cookie's timestamp, when it is valid.
+    stamp: u32,
+    /// Valid and made with the current secret (not the previous one).
+    current: bool,
+}
+
 impl Secrets {
     /// Checks the server cookie of `cookie`, sent from `src` at `now` (Unix seconds).
     pub fn check(&self, cookie: &Cookie, src: IpAddr, now: u32) -> Verdict {
+        self.checked(cookie, src, now).verdict
+    }
+
+    fn checked(&self, cookie: &Cookie, src: IpAddr, now: u32) -> Checked {
+        let invalid = Checked { verdict: Verdict::Invalid, stamp: 0, current: false };
         let server = cookie.server();
         if server.is_empty() {
-            return Verdict::ClientOnly;
+            return Checked { verdict: Verdict::ClientOnly, ..invalid };
         }
         let Ok(server) = <&[u8; SERVER_COOKIE_LEN]>::try_from(server) else {
-            return Verdict::Invalid;
+            return invalid;
         };
         if server[..4] != [1, 0, 0, 0] {
-            return Verdict::Invalid;
+            return invalid;
         }
         let stamp = u32::from_be_bytes([server[4], server[5], server[6], server[7]]);
         // Serial-number arithmetic: the timestamp wraps in 2106.
         let age = now.wrapping_sub(stamp);
         if age > VALID_FOR && stamp.wrapping_sub(now) > VALID_EARLY {
-            return Verdict::Invalid;
+            return invalid;
         }
         let matches = |key: &[u8; 16]| make(key, &cookie.client, stamp, src)[8..] == server[8..];
-        if matches(&self.current) || self.previous.as_ref().is_some_and(matches) {
-            Verdict::Valid
+        if matches(&self.current) {
+            Checked { verdict: Verdict::Valid, stamp, current: true }
+        } else if self.previous.as_ref().is_some_and(matches) {
+            Checked { verdict: Verdict::Valid, stamp, current: false }
         } else {
-            Verdict::Invalid
+            invalid
         }
     }
 
     /// The COOKIE option of the reply to `cookie` from `src` at `now`, and how the query's
-    /// server cookie checked out: a valid server cookie less than half an hour old is sent
-    /// back as it came; any other gets a new one.
+    /// server cookie checked out: a valid server cookie made with the current secret less
+    /// than half an hour ago is sent back as it came; any other gets a new one, so that a
+    /// rotation moves clients to the new secret.
     pub fn reply(&self, cookie: &Cookie, src: IpAddr, now: u32) -> (ReplyCookie, Verdict) {
         let mut out = [0u8; 8 + SERVER_COOKIE_LEN];
         out[..8].copy_from_slice(&cookie.client);
-        let server = cookie.server();
-        let verdict = self.check(cookie, src, now);
-        let fresh = verdict == Verdict::Valid
-            && now.wrapping_sub(u32::from_be_bytes([server[4], server[5], server[6], server[7]]))
-                < REFRESH_AFTER;
-        if fresh {
-            out[8..].copy_from_slice(server);
+        let checked = self.checked(cookie, src, now);
+        if checked.current && now.wrapping_sub(checked.stamp) < REFRESH_AFTER {
+            out[8..].copy_from_slice(cookie.server());
         } else {
             out[8..].copy_from_slice(&make(&self.current, &cookie.client, now, src));
         }
-        (out, verdict)
+        (out, checked.verdict)
     }
 }
 
@@ -241,5 +254,11 @@ mod tests {
             secrets.reply(&Cookie::parse(&first).unwrap(), src, now + REFRESH_AFTER + 1);
         assert_ne!(later[8..], first[8..], "older than half an hour: renewed");
         assert_eq!(secrets.check(&Cookie::parse(&later).unwrap(), src, now + 3600), Verdict::Valid);
+        // After a rotation, a fresh cookie made with the previous secret is valid but renewed.
+        let rotated = Secrets { current: [4; 16], previous: Some([3; 16]) };
+        let (renewed, verdict) = rotated.reply(&Cookie::parse(&first).unwrap(), src, now + 60);
+        assert_eq!(verdict, Verdict::Valid);
+        assert_ne!(renewed[8..], first[8..], "moved to the current secret");
+        assert_eq!(rotated.check(&Cookie::parse(&renewed).unwrap(), src, now + 60), Verdict::Valid);
     }
 }

@@ -1,4 +1,4 @@
-//! A small HTTP/1.1 client for the admin API.
+//! A small HTTP/1.1 client for the admin API, and a minimal HTTP backend for probes.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,17 +39,31 @@ impl Http {
 /// One HTTP/1.1 exchange on a new connection (`Connection: close`, read to EOF).
 /// `headers` are extra request header lines as (name, value).
 pub async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Http {
+    http_with_body(addr, method, path, headers, b"").await
+}
+
+/// `http` with a request body (sent with its `Content-Length`, also when empty, except
+/// for GET and HEAD).
+pub async fn http_with_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Http {
     let fut = async {
         let mut s = TcpStream::connect(addr).await.expect("connect to the admin API");
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-        if method != "GET" && method != "HEAD" {
-            req.push_str("Content-Length: 0\r\n");
+        if (method != "GET" && method != "HEAD") || !body.is_empty() {
+            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
         for (n, v) in headers {
             req.push_str(&format!("{n}: {v}\r\n"));
         }
         req.push_str("\r\n");
-        s.write_all(req.as_bytes()).await.expect("write request");
+        let mut req = req.into_bytes();
+        req.extend_from_slice(body);
+        s.write_all(&req).await.expect("write request");
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).await.expect("read response");
         raw
@@ -128,5 +142,58 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
         }
         out.extend_from_slice(b.get(..size).ok_or("short chunk")?);
         b = b.get(size + 2..).ok_or("short chunk trailer")?;
+    }
+}
+
+/// A real HTTP backend for health probes: answers every request with the status set last
+/// (200 at first) and closes the connection, until `stop`, after which its port refuses
+/// connections.
+pub struct HttpBackend {
+    pub addr: SocketAddr,
+    status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpBackend {
+    /// Listens on `ip`, port chosen by the kernel.
+    pub async fn start(ip: &str) -> HttpBackend {
+        use std::sync::atomic::{AtomicU16, Ordering};
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind backend");
+        let addr = listener.local_addr().expect("backend address");
+        let status = std::sync::Arc::new(AtomicU16::new(200));
+        let answer_with = status.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let status = answer_with.load(Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                    );
+                    let _ = conn.write_all(reply.as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        HttpBackend { addr, status, task }
+    }
+
+    /// The status every later request gets.
+    pub fn set(&self, status: u16) {
+        self.status.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Closes the listening socket: probes then get "connection refused".
+    pub async fn stop(self) {
+        self.task.abort();
+        // Wait for the task to be dropped, so the port is closed when this returns.
+        let _ = self.task.await;
     }
 }

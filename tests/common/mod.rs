@@ -5,9 +5,11 @@
 // Each test binary uses only part of the harness.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod dns;
 pub mod fixtures;
 pub mod http;
+pub mod named;
 pub mod prometheus;
 pub mod reply;
 pub mod resolver;
@@ -15,4 +17,7 @@ pub mod server;
 
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
-pub use self::{dns::*, fixtures::*, http::*, prometheus::*, reply::*, resolver::*, server::*};
+pub use self::{
+    daemon::*, dns::*, fixtures::*, http::*, named::*, prometheus::*, reply::*, resolver::*,
+    server::*,
+};

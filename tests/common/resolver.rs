@@ -1,24 +1,20 @@
 //! A real caching resolver (Unbound) between a test and a steerdns server, all on loopback:
-//! `Resolver::start` writes a configuration into a temporary directory, starts `unbound` in
-//! the foreground on a free 127.0.0.x address and waits until it answers; dropping the
-//! `Resolver` kills it.
+//! `Resolver::start` writes a configuration into a temporary directory and starts
+//! `unbound` in the foreground as a `Daemon` (it waits until Unbound answers; dropping the
+//! `Resolver` kills it).
 //!
 //! Unbound iterates from a local root zone (served from a file, never the network) and
 //! reaches the zone under test through a stub zone pointing at the steerdns server. Its
 //! subnet cache forwards the client's own ECS option upstream and caches each answer by its
 //! scope; queries without ECS use the regular cache. DNSSEC validation is off.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::path::Path;
 
-use super::dns::{Q, T_TXT, udp_exchange};
+use super::daemon::{Daemon, find_binary, next_daemon_addr};
+use super::dns::Q;
 use super::reply::Reply;
-
-/// Longest wait for a started Unbound to answer its first query.
-pub const RESOLVER_READY: Duration = Duration::from_secs(5);
 
 /// Upstream source ports per Unbound. Each Unbound of a test run gets its own range, so
 /// resolvers of tests running in parallel do not compete for ports; a small range also keeps
@@ -30,9 +26,6 @@ const FIRST_OUTGOING_PORT: u16 = 20000;
 const OUTGOING_SLOTS: usize = 190;
 
 const SKIP: &str = "unbound not installed: skipping resolver tests; apt-get install unbound";
-
-/// Resolvers started by this process: picks the listen address and the port range.
-static STARTED: AtomicUsize = AtomicUsize::new(0);
 
 /// The configuration. Placeholders: {dir} (the temporary directory), {listen_addr},
 /// {listen_port}, {auth_addr}, {auth_port}, {zone} (absolute), {ports} (outgoing range).
@@ -116,24 +109,13 @@ cdn.example.net.  300 IN A    192.0.2.99
 pub struct Resolver {
     /// Where it answers (UDP and TCP).
     pub addr: SocketAddr,
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-/// The `unbound` binary: on PATH, else in the sbin directories (often missing from a
-/// user's PATH).
-pub fn unbound_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join("unbound"))
-        .find(|p| p.is_file())
+    daemon: Daemon,
 }
 
 impl Resolver {
     /// Whether `unbound` is installed; prints why the caller skips when it is not.
     pub fn available() -> bool {
-        let found = unbound_binary().is_some();
+        let found = find_binary("unbound").is_some();
         if !found {
             eprintln!("{SKIP}");
         }
@@ -142,15 +124,14 @@ impl Resolver {
 
     /// Starts Unbound in front of the authoritative server `auth` for `zone`. `None` (with a
     /// message) when `unbound` is not installed; panics with Unbound's log when it does not
-    /// answer within `RESOLVER_READY`.
+    /// answer within `DAEMON_READY`.
     pub fn start(auth: SocketAddr, zone: &str) -> Option<Resolver> {
-        let Some(bin) = unbound_binary() else {
+        let Some(bin) = find_binary("unbound") else {
             eprintln!("{SKIP}");
             return None;
         };
-        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let (addr, n) = next_daemon_addr();
         let dir = tempfile::tempdir().expect("tempdir");
-        let addr = free_loopback(n);
         let slot = (std::process::id() as usize * 7 + n) % OUTGOING_SLOTS;
         let first = FIRST_OUTGOING_PORT + slot as u16 * PORTS_PER_RESOLVER;
         let zone = if zone.ends_with('.') { zone.to_string() } else { format!("{zone}.") };
@@ -165,95 +146,22 @@ impl Resolver {
         let conf_path = dir.path().join("unbound.conf");
         std::fs::write(&conf_path, conf).expect("write unbound.conf");
         std::fs::write(dir.path().join("root.zone"), ROOT_ZONE).expect("write root.zone");
-        let out = std::fs::File::create(dir.path().join("stdout.txt")).expect("stdout file");
-        let err = std::fs::File::create(dir.path().join("stderr.txt")).expect("stderr file");
-        let child = Command::new(&bin)
-            .args(["-d", "-p", "-c"])
-            .arg(&conf_path)
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let mut r = Resolver { addr, child, dir };
-        r.wait_ready();
-        Some(r)
-    }
-
-    /// Polls `id.server. CH TXT` until Unbound answers it.
-    fn wait_ready(&mut self) {
-        let started = Instant::now();
-        let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
-        sock.connect(self.addr).expect("connect");
-        sock.set_read_timeout(Some(Duration::from_millis(20))).expect("read timeout");
-        let q = Q::new("id.server.", T_TXT).qclass(3);
-        let bytes = q.bytes();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("unbound exited ({status}) before answering:\n{}", self.log());
-            }
-            if started.elapsed() > RESOLVER_READY {
-                panic!(
-                    "unbound did not answer on {} within {RESOLVER_READY:?}:\n{}",
-                    self.addr,
-                    self.log()
-                );
-            }
-            // Errors (refused: not listening yet) and timeouts mean "try again".
-            let _ = sock.send(&bytes);
-            let mut buf = [0u8; 512];
-            match sock.recv(&mut buf) {
-                Ok(n) if n >= 2 && buf[..2] == bytes[..2] => return,
-                Ok(_) => {}
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
-            }
-        }
+        let args = [OsStr::new("-d"), OsStr::new("-p"), OsStr::new("-c"), conf_path.as_os_str()];
+        let daemon = Daemon::spawn("unbound", &bin, &args, dir, addr, &["unbound.log"]);
+        Some(Resolver { addr, daemon })
     }
 
     /// Sends `q` with RD set over UDP (retrying on loss) and decodes the reply.
     pub async fn query(&self, q: &Q) -> Reply {
-        let q = q.clone().rd();
-        let sock = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.expect("bind");
-        sock.connect(self.addr).await.expect("connect");
-        let raw = udp_exchange(&sock, &q.bytes()).await.unwrap_or_else(|| {
-            panic!("no reply from unbound to {} {}:\n{}", q.name, q.qtype, self.log())
-        });
-        Reply::new(raw)
+        self.daemon.query(q).await
     }
 
     /// The end of Unbound's log and whatever it wrote to stderr.
     pub fn log(&self) -> String {
-        let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
-        let log = read("unbound.log");
-        let lines: Vec<&str> = log.lines().collect();
-        let tail = lines[lines.len().saturating_sub(80)..].join("\n");
-        format!("--- unbound.log (end)\n{tail}\n--- stderr\n{}", read("stderr.txt"))
+        self.daemon.log()
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.daemon.dir()
     }
-}
-
-impl Drop for Resolver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A 127.0.0.x address (x from 2 to 251, one per resolver of this process) with a port
-/// that is free for both UDP and TCP.
-fn free_loopback(n: usize) -> SocketAddr {
-    let host = 2 + ((std::process::id() as usize + n) % 250) as u8;
-    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
-    for _ in 0..100 {
-        let udp = UdpSocket::bind((ip, 0)).expect("bind a loopback UDP port");
-        let addr = udp.local_addr().expect("local_addr");
-        if TcpListener::bind(addr).is_ok() {
-            return addr;
-        }
-    }
-    panic!("no port of {ip} is free for both UDP and TCP");
 }

@@ -68,6 +68,16 @@ impl Harness {
         Harness::in_dir(dir).await
     }
 
+    /// Starts a server with the given profiles, the admin API on 127.0.0.1:0 (no token) and
+    /// `keys` (top-level YAML, such as a `rate_limit:` block) added to `steerdns.yaml`.
+    pub async fn with_admin_and_keys(profiles: &[(&str, &str)], keys: &str) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_config(dir.path(), profiles);
+        let yaml = with_admin(&steerdns_yaml(), None);
+        std::fs::write(dir.path().join("steerdns.yaml"), format!("{yaml}{keys}")).unwrap();
+        Harness::in_dir(dir).await
+    }
+
     pub async fn stop(mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown().await;

@@ -43,6 +43,10 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("steerdns_answers", "Endpoints handed out in answers, by profile and endpoint"),
     ("steerdns_ecs_queries", "Queries with and without EDNS Client Subnet"),
+    (
+        "steerdns_cookie_queries",
+        "Queries by their DNS cookie: none, client cookie only, valid or invalid server cookie",
+    ),
     ("steerdns_reloads", "Configuration reloads applied"),
     ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
     ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
@@ -57,6 +61,11 @@ const HELP: &[(&str, &str)] = &[
         "Signatures put in answers, by where they came from: a thread's cache, the pre-signed table, or signed on the spot",
     ),
     ("steerdns_dnssec_dropped", "Queries not answered because the signing budget was spent"),
+    ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
+    (
+        "steerdns_dnstap_dropped",
+        "dnstap messages lost: the writer's queue was full, or no reader was connected",
+    ),
 ];
 
 fn help(name: &str) -> &'static str {
@@ -94,6 +103,16 @@ pub fn render(control: &Control) -> String {
         counters.insert(series, load(n));
     }
     let presigned = snap.signatures.table().map_or(0, |t| t.sigs.len());
+    if let Some(tap) = &control.dnstap {
+        counters
+            .insert(Series::new("steerdns_dnstap_sent", vec![]), tap.sent.load(Ordering::Relaxed));
+        for (reason, n) in
+            [("queue_full", &tap.dropped_queue_full), ("disconnected", &tap.dropped_disconnected)]
+        {
+            let series = Series::new("steerdns_dnstap_dropped", vec![("reason", reason.into())]);
+            counters.insert(series, n.load(Ordering::Relaxed));
+        }
+    }
     let mut gauges = vec![
         Gauge {
             name: "steerdns_config_generation",
@@ -115,6 +134,7 @@ pub fn render(control: &Control) -> String {
         },
     ];
     gauges.extend(endpoint_status_gauges(&snap));
+    gauges.extend(override_gauges(&snap));
     gauges.extend(probe_gauges(prober, &states));
     let histograms = probe_histograms(prober);
     let mut registry = prometheus_client::registry::Registry::default();
@@ -125,7 +145,8 @@ pub fn render(control: &Control) -> String {
     out
 }
 
-/// One series per endpoint, value 1, labelled with its current status.
+/// One series per endpoint, value 1, labelled with its current status (a drained
+/// endpoint's is what its probes say; `steerdns_endpoint_drained` says it is drained).
 fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
     let ctx = Ctx::of(snap);
     snap.profiles
@@ -137,11 +158,38 @@ fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
             labels: vec![
                 ("profile", p.name.clone()),
                 ("endpoint", ep.name.clone()),
-                ("status", status::endpoint_status(ctx, ep).as_str().to_string()),
+                ("status", status::health_status(ctx, ep).as_str().to_string()),
             ],
             value: 1.0,
         })
         .collect()
+}
+
+/// One series per drained endpoint (value 1) and per run-time weight (its value).
+fn override_gauges(snap: &Snapshot) -> Vec<Gauge> {
+    let mut out = Vec::new();
+    for p in &snap.profiles {
+        for ep in p.endpoints.iter().filter(|e| e.drained || e.weight_override.is_some()) {
+            let labels = vec![("profile", p.name.clone()), ("endpoint", ep.name.clone())];
+            if ep.drained {
+                out.push(Gauge {
+                    name: "steerdns_endpoint_drained",
+                    help: "1 for each endpoint drained at run time (it takes no answers)",
+                    labels: labels.clone(),
+                    value: 1.0,
+                });
+            }
+            if let Some(w) = ep.weight_override {
+                out.push(Gauge {
+                    name: "steerdns_endpoint_weight_override",
+                    help: "The weight set at run time, for each endpoint that has one",
+                    labels,
+                    value: f64::from(w),
+                });
+            }
+        }
+    }
+    out
 }
 
 fn probe_counters(states: &[EndpointState]) -> Vec<(Series, u64)> {

@@ -1,5 +1,7 @@
-//! The admin HTTP API (axum): health, Prometheus metrics, profile status, explain and
-//! reload. Everything but `/healthz` requires the bearer token when one is configured.
+//! The admin HTTP API (axum): health, Prometheus metrics, profile status, answer counts,
+//! explain, reload, run-time overrides of endpoints and the event list, and the status page
+//! that shows them in a browser. Everything but `/healthz` and the page's own files requires
+//! a bearer token when any is configured; the token's name says who made a change.
 //! Handlers read the running snapshot and the prober through `Control`.
 //!
 //! Connections are served by hyper directly rather than `axum::serve`, which has no
@@ -7,8 +9,13 @@
 //! clients cannot hold the process's descriptors (`admin.max_connections`,
 //! `admin.header_read_timeout`).
 
+mod events;
 pub mod metrics;
+mod overrides;
+mod page;
 pub mod probes;
+pub mod select;
+pub mod stats;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -18,7 +25,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -29,6 +36,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 
+use self::select::{ListParams, SelectError, Selected};
 use super::control::Control;
 use crate::model::health::Status;
 use crate::model::snapshot::{AdminLimits, Snapshot};
@@ -39,7 +47,8 @@ use crate::wire::name::WireName;
 
 type Shared = Arc<Control>;
 
-/// The largest request body accepted: no call takes a body, so anything bigger is 413.
+/// The largest request body accepted: only a weight takes a body, a few bytes of JSON, so
+/// anything bigger is 413.
 pub const MAX_BODY: usize = 4096;
 
 /// The largest request head a connection may buffer (hyper's minimum is 8 KiB).
@@ -54,11 +63,22 @@ pub fn router(control: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/profiles", get(profiles))
         .route("/api/v1/profiles/{name}", get(profile))
+        .route("/api/v1/stats", get(stats))
         .route("/api/v1/explain", get(explain_query))
         .route("/api/v1/reload", post(reload))
+        .route("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", post(overrides::drain))
+        .route("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", post(overrides::undrain))
+        .route(
+            "/api/v1/profiles/{name}/endpoints/{endpoint}/weight",
+            put(overrides::set_weight).delete(overrides::clear_weight),
+        )
+        .route("/api/v1/events", get(events::list))
         .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(page::index))
+        .route("/ui/app.js", get(page::app_js))
+        .route("/ui/style.css", get(page::style_css))
         .merge(api)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
         .layer(RequestBodyLimitLayer::new(MAX_BODY))
@@ -134,10 +154,19 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({ "error": message.into() }))).into_response()
 }
 
-async fn require_token(State(c): State<Shared>, req: Request, next: Next) -> Response {
-    let Some(token) = c.snapshot().listen.admin_token.clone() else {
+/// Who made a request: the name of the token it carried, or what stands for it when the
+/// API has no token.
+#[derive(Clone, Debug)]
+pub struct Caller(pub String);
+
+async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) -> Response {
+    let tokens = c.snapshot().listen.admin_tokens.clone();
+    if tokens.is_empty() {
+        let [loopback, other] = crate::config::NO_TOKEN_NAMES;
+        let name = if c.admin_is_loopback() { loopback } else { other };
+        req.extensions_mut().insert(Caller(name.to_string()));
         return next.run(req).await;
-    };
+    }
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -145,9 +174,19 @@ async fn require_token(State(c): State<Shared>, req: Request, next: Next) -> Res
         .and_then(|v| v.split_once(' '))
         // The scheme is case-insensitive (RFC 7235 §2.1).
         .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()));
-    match given {
-        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => next.run(req).await,
-        _ => {
+    // Every token is compared, so the time taken does not say which one came close.
+    let matched = given.and_then(|g| {
+        tokens.iter().fold(None, |found, t| {
+            let same = constant_time_eq(g.as_bytes(), t.secret.as_bytes());
+            if same { Some(t.name.clone()) } else { found }
+        })
+    });
+    match matched {
+        Some(name) => {
+            req.extensions_mut().insert(Caller(name));
+            next.run(req).await
+        }
+        None => {
             let mut r = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static header"));
@@ -167,21 +206,61 @@ async fn metrics(State(c): State<Shared>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
-async fn profiles(State(c): State<Shared>) -> Json<Value> {
+/// Every profile, or with any of `q`, `status`, `offset`, `limit` one page of the
+/// matching ones with the counts a pager needs.
+async fn profiles(State(c): State<Shared>, Query(params): Query<ListParams>) -> Response {
     let snap = c.snapshot();
+    if params.is_empty() {
+        let list: Vec<Value> =
+            snap.profiles.iter().enumerate().map(|(i, p)| summary(&snap, i, p)).collect();
+        return Json(json!({ "generation": snap.generation, "profiles": list })).into_response();
+    }
+    let selected = match selection(&snap, &params) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
     let list: Vec<Value> =
-        snap.profiles.iter().enumerate().map(|(i, p)| summary(&snap, i, p)).collect();
-    Json(json!({ "generation": snap.generation, "profiles": list }))
+        selected.ids.iter().map(|&i| summary(&snap, i, &snap.profiles[i])).collect();
+    Json(json!({
+        "generation": snap.generation,
+        "total": selected.total,
+        "offset": selected.offset,
+        "limit": selected.limit,
+        "statuses": selected.statuses,
+        "profiles": list,
+    }))
+    .into_response()
+}
+
+/// Answer counts of the profiles selected as for `/api/v1/profiles`.
+async fn stats(State(c): State<Shared>, Query(params): Query<ListParams>) -> Response {
+    let snap = c.snapshot();
+    match selection(&snap, &params) {
+        Ok(selected) => Json(stats::render(&c, &snap, &selected)).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+fn selection(snap: &Snapshot, params: &ListParams) -> Result<Selected, SelectError> {
+    let sel = params.selection()?;
+    let names = snap.profiles.iter().map(|p| p.name.as_str());
+    Ok(select::select(names, |id| profile_status(snap, id), &sel))
 }
 
 fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
     let ctx = Ctx::of(snap);
     let mut counts = serde_json::Map::new();
     for ep in &p.endpoints {
-        let st = status::endpoint_status(ctx, ep).as_str();
+        let st = status::health_status(ctx, ep).as_str();
         let n = counts.get(st).and_then(Value::as_u64).unwrap_or(0);
         counts.insert(st.to_string(), json!(n + 1));
     }
+    let overridden = p.endpoints.iter().filter(|e| e.drained || e.weight_override.is_some());
+    let overrides: Vec<Value> = overridden
+        .map(|e| {
+            json!({ "endpoint": e.name, "drained": e.drained, "weight_override": e.weight_override })
+        })
+        .collect();
     json!({
         "name": p.name,
         "zone": snap.zones[p.zone].origin.to_string(),
@@ -189,6 +268,7 @@ fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
         "enabled": p.enabled,
         "status": profile_status(snap, id).as_str(),
         "endpoints": counts,
+        "overrides": overrides,
     })
 }
 
@@ -218,11 +298,13 @@ async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response 
             let mut v = json!({
                 "name": ep.name,
                 "target": target_text(snap.as_ref(), &ep.target),
-                "enabled": ep.enabled,
+                "enabled": ep.configured_enabled,
                 "always_serve": ep.always_serve,
                 "priority": ep.priority,
                 "weight": ep.weight,
-                "status": status::endpoint_status(ctx, ep).as_str(),
+                "status": status::health_status(ctx, ep).as_str(),
+                "drained": ep.drained,
+                "weight_override": ep.weight_override,
             });
             if let Some(details) = probes::endpoint_details(&c.prober, &p.name, &ep.name) {
                 v.as_object_mut().expect("object").extend(details);

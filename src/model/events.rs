@@ -1,0 +1,163 @@
+//! The recent events operators and status pages read (`GET /api/v1/events`): endpoint
+//! status changes from the prober, and run-time overrides set or dropped. A bounded list,
+//! numbered from 1 in the order recorded, under a mutex the query path never takes.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+/// How many events are kept: the oldest go first.
+pub const CAPACITY: usize = 1000;
+
+/// What happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A probe changed an endpoint's status (`from`, `to`, `reason`).
+    Status,
+    Drain,
+    Undrain,
+    /// A weight was set at run time (`from`, `to`: the weights).
+    Weight,
+    /// A run-time weight was cleared (`from`, `to`: the weights).
+    WeightCleared,
+    /// A load could not apply an override (`reason`).
+    OverrideDropped,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Status => "status",
+            Kind::Drain => "drain",
+            Kind::Undrain => "undrain",
+            Kind::Weight => "weight",
+            Kind::WeightCleared => "weight_cleared",
+            Kind::OverrideDropped => "override_dropped",
+        }
+    }
+}
+
+/// One event. Fields that do not apply to its kind are `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// 1 for the first event of the process, then one more for each.
+    pub seq: u64,
+    pub time: SystemTime,
+    pub kind: Kind,
+    /// Absolute profile name.
+    pub profile: String,
+    pub endpoint: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: Option<String>,
+    /// The name of the admin token that made the change.
+    pub by: Option<String>,
+}
+
+impl Event {
+    /// An event of `kind` at `profile`/`endpoint`, now; `record` numbers it.
+    pub fn new(kind: Kind, profile: &str, endpoint: &str) -> Event {
+        Event {
+            seq: 0,
+            time: SystemTime::now(),
+            kind,
+            profile: profile.to_string(),
+            endpoint: endpoint.to_string(),
+            from: None,
+            to: None,
+            reason: None,
+            by: None,
+        }
+    }
+
+    pub fn change(mut self, from: impl ToString, to: impl ToString) -> Event {
+        self.from = Some(from.to_string());
+        self.to = Some(to.to_string());
+        self
+    }
+
+    pub fn reason(mut self, reason: impl Into<String>) -> Event {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    pub fn by(mut self, by: impl Into<String>) -> Event {
+        self.by = Some(by.into());
+        self
+    }
+}
+
+/// The last `CAPACITY` events.
+#[derive(Debug)]
+pub struct Events {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    last_seq: u64,
+    list: VecDeque<Event>,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events::with_capacity(CAPACITY)
+    }
+}
+
+impl Events {
+    pub fn with_capacity(capacity: usize) -> Events {
+        Events { inner: Mutex::default(), capacity: capacity.max(1) }
+    }
+
+    /// Numbers `event` and keeps it, dropping the oldest when full; returns its number.
+    pub fn record(&self, mut event: Event) -> u64 {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.last_seq += 1;
+        event.seq = inner.last_seq;
+        if inner.list.len() == self.capacity {
+            inner.list.pop_front();
+        }
+        inner.list.push_back(event);
+        inner.last_seq
+    }
+
+    /// The kept events numbered above `since`, oldest first, and the number to ask from
+    /// next time (the newest so far). A `since` beyond the newest cannot come from this
+    /// process (it restarted since): every kept event is returned.
+    pub fn since(&self, since: u64) -> (Vec<Event>, u64) {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = if since > inner.last_seq { 0 } else { since };
+        let list = inner.list.iter().filter(|e| e.seq > since).cloned().collect();
+        (list, inner.last_seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seqs(events: &[Event]) -> Vec<u64> {
+        events.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn keeps_the_newest_and_answers_since() {
+        let events = Events::with_capacity(3);
+        assert_eq!(events.since(0), (vec![], 0));
+        for i in 0..5 {
+            let seq = events.record(Event::new(Kind::Drain, "p.", &format!("e{i}")).by("alice"));
+            assert_eq!(seq, i + 1);
+        }
+        // (since, events returned, next)
+        let cases: [(u64, &[u64]); 6] =
+            [(0, &[3, 4, 5]), (1, &[3, 4, 5]), (3, &[4, 5]), (4, &[5]), (5, &[]), (9, &[3, 4, 5])];
+        for (since, want) in cases {
+            let (list, next) = events.since(since);
+            assert_eq!((seqs(&list).as_slice(), next), (want, 5), "since {since}");
+        }
+        let (list, _) = events.since(4);
+        assert_eq!((list[0].endpoint.as_str(), list[0].by.as_deref()), ("e4", Some("alice")));
+    }
+}

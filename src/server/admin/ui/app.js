@@ -1,0 +1,732 @@
+// The status page: polls the admin API every two seconds and shows every profile, its
+// endpoints, the answer rates and the recent changes. Everything shown comes from the API
+// of the server that served this file; the token, when one is needed, stays in this tab's
+// sessionStorage. Text is only ever set with textContent, so no name can become markup.
+"use strict";
+
+const POLL_MS = 2000;
+const PAGE_SIZE = 100;
+const EVENTS_KEPT = 200;
+// How long to wait before asking again for an API this server does not have (an older
+// server answers 404 until it is upgraded).
+const ABSENT_RETRY_MS = 30000;
+const TOKEN_KEY = "steerdns.admin-token";
+const FIRST_RENDER_MARK = "steerdns:first-render";
+const STATUSES = ["online", "checking", "degraded", "disabled", "stopped", "unmonitored"];
+const EVENT_KINDS = {
+  status: "status",
+  drain: "drained",
+  undrain: "undrained",
+  weight: "weight set",
+  weight_cleared: "weight cleared",
+  override_dropped: "override dropped",
+};
+
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  running: false,
+  timer: null,
+  poll: 0,
+  filter: { q: "", status: "", offset: 0 },
+  list: null,
+  stats: null,
+  // name -> the latest totals read for it, to compute rates at the next poll.
+  samples: new Map(),
+  // name -> { queries, answers: {endpoint: per second} } or null before two readings.
+  rates: new Map(),
+  server: { sample: null, rate: null },
+  expanded: new Set(),
+  details: new Map(),
+  events: { list: [], next: 0, absent: false, retryAt: 0 },
+  rendered: false,
+};
+
+const $ = (id) => document.getElementById(id);
+
+class AuthError extends Error {}
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(path, method = "GET") {
+  const headers = {};
+  if (state.token) headers.Authorization = "Bearer " + state.token;
+  let r;
+  try {
+    r = await fetch(path, { method, headers, cache: "no-store" });
+  } catch (e) {
+    throw new ApiError(0, "cannot reach the admin API");
+  }
+  if (r.status === 401) throw new AuthError("token required");
+  if (!r.ok) {
+    let message = r.status + " " + r.statusText;
+    try {
+      const body = await r.json();
+      if (body && body.error) message = body.error;
+    } catch (e) {
+      // Not JSON: keep the status line.
+    }
+    throw new ApiError(r.status, message);
+  }
+  return r.json();
+}
+
+function listQuery() {
+  const p = new URLSearchParams();
+  p.set("q", state.filter.q);
+  if (state.filter.status) p.set("status", state.filter.status);
+  p.set("offset", String(state.filter.offset));
+  p.set("limit", String(PAGE_SIZE));
+  return p.toString();
+}
+
+const profilePath = (name) => "/api/v1/profiles/" + encodeURIComponent(name);
+
+// ---------------------------------------------------------------------------------------
+// Polling
+// ---------------------------------------------------------------------------------------
+
+async function poll() {
+  clearTimeout(state.timer);
+  const mine = ++state.poll;
+  try {
+    const query = listQuery();
+    const [list, stats] = await Promise.all([
+      api("/api/v1/profiles?" + query),
+      api("/api/v1/stats?" + query),
+    ]);
+    if (mine !== state.poll) return;
+    if (list.total > 0 && state.filter.offset >= list.total) {
+      // The list shrank under the page (a reload, a narrower filter): show its last page.
+      state.filter.offset = Math.floor((list.total - 1) / PAGE_SIZE) * PAGE_SIZE;
+      saveFilter();
+      poll();
+      return;
+    }
+    const onPage = new Set(list.profiles.map((p) => p.name));
+    const details = await Promise.all(
+      [...state.expanded].filter((n) => onPage.has(n)).map(fetchDetails),
+    );
+    const events = await fetchEvents();
+    if (mine !== state.poll) return;
+    state.list = list;
+    takeStats(stats, performance.now());
+    for (const [name, d] of details) {
+      if (d) state.details.set(name, d);
+      else state.expanded.delete(name);
+    }
+    if (events) takeEvents(events);
+    show("live");
+    render();
+    setConn("Live · updated " + clock(new Date()), false);
+  } catch (e) {
+    if (mine !== state.poll) return;
+    if (e instanceof AuthError) {
+      askForToken(state.token ? "The saved token was not accepted." : "");
+      return;
+    }
+    setConn(e.message + "; retrying", true);
+    if (state.list) show("live");
+  }
+  schedule();
+}
+
+function schedule() {
+  clearTimeout(state.timer);
+  // A hidden tab does not poll; it catches up when shown again.
+  if (state.running && !document.hidden) state.timer = setTimeout(poll, POLL_MS);
+}
+
+async function fetchDetails(name) {
+  try {
+    return [name, await api(profilePath(name))];
+  } catch (e) {
+    // Gone with a reload: collapse it.
+    if (e instanceof ApiError && e.status === 404) return [name, null];
+    throw e;
+  }
+}
+
+async function fetchEvents() {
+  const ev = state.events;
+  if (ev.absent && Date.now() < ev.retryAt) return null;
+  try {
+    const r = await api("/api/v1/events?since=" + encodeURIComponent(ev.next));
+    ev.absent = false;
+    return r;
+  } catch (e) {
+    if (e instanceof ApiError && (e.status === 404 || e.status === 405)) {
+      ev.absent = true;
+      ev.retryAt = Date.now() + ABSENT_RETRY_MS;
+      return null;
+    }
+    if (e instanceof AuthError) throw e;
+    // Events are extra: the rest of the page still updates without them.
+    return null;
+  }
+}
+
+function takeStats(stats, now) {
+  const rates = new Map();
+  const samples = new Map();
+  for (const p of stats.profiles) {
+    const before = state.samples.get(p.name);
+    rates.set(p.name, before ? rate(before, p, now) : null);
+    samples.set(p.name, { t: now, queries: p.queries, answers: p.answers });
+  }
+  // Only the profiles on the page are kept: the map stays as small as the page.
+  state.samples = samples;
+  state.rates = rates;
+  const s = state.server.sample;
+  const dt = s ? (now - s.t) / 1000 : 0;
+  state.server.rate = s && dt > 0 && stats.queries >= s.queries ? (stats.queries - s.queries) / dt : null;
+  state.server.sample = { t: now, queries: stats.queries };
+  state.stats = stats;
+}
+
+/// Rates between two readings; null when the totals went backwards (a moment in a reload).
+function rate(before, now, t) {
+  const dt = (t - before.t) / 1000;
+  if (dt <= 0 || now.queries < before.queries) return null;
+  const answers = {};
+  let total = 0;
+  for (const [ep, n] of Object.entries(now.answers)) {
+    const d = n - (before.answers[ep] ?? n);
+    answers[ep] = Math.max(0, d) / dt;
+    total += answers[ep];
+  }
+  return { queries: (now.queries - before.queries) / dt, answers, total };
+}
+
+function takeEvents(r) {
+  const ev = state.events;
+  const seen = new Set(ev.list.map((e) => e.seq));
+  for (const e of r.events || []) if (!seen.has(e.seq)) ev.list.push(e);
+  ev.list.sort((a, b) => b.seq - a.seq);
+  ev.list.length = Math.min(ev.list.length, EVENTS_KEPT);
+  if (r.next !== undefined && r.next !== null) ev.next = r.next;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rendering
+// ---------------------------------------------------------------------------------------
+
+function show(what) {
+  document.body.dataset.state = what;
+  $("login").hidden = what !== "login";
+  $("layout").hidden = what !== "live";
+  $("forget-token").hidden = !state.token;
+}
+
+function setConn(text, bad) {
+  const c = $("conn");
+  c.textContent = text;
+  c.classList.toggle("bad", bad);
+}
+
+function render() {
+  const list = state.list;
+  renderSummary(list);
+  renderPager(list);
+  const table = $("profiles");
+  sync(table, "tbody", list.profiles, (p) => p.name, createProfile, updateProfile);
+  $("empty").hidden = list.profiles.length > 0;
+  renderEvents();
+  if (!state.rendered) {
+    state.rendered = true;
+    performance.mark(FIRST_RENDER_MARK);
+  }
+}
+
+function renderSummary(list) {
+  const s = $("summary");
+  s.replaceChildren();
+  const matching = Object.values(list.statuses).reduce((a, b) => a + b, 0);
+  const filtered = state.filter.q !== "";
+  s.append(text("strong", fmtInt(matching)), " " + (filtered ? "matching " : "") + (matching === 1 ? "profile" : "profiles"));
+  for (const st of STATUSES) {
+    const n = list.statuses[st];
+    if (n) s.append(" · ", dot(st), fmtInt(n) + " " + st);
+  }
+  const r = state.server.rate;
+  s.append(" · " + (r === null ? "…" : fmtRate(r)) + " queries/s");
+  s.dataset.generation = list.generation;
+}
+
+function renderPager(list) {
+  const { offset } = state.filter;
+  const last = Math.min(offset + list.profiles.length, list.total);
+  const range = $("range");
+  range.textContent = list.total === 0 ? "0 of 0" : fmtInt(offset + 1) + "–" + fmtInt(last) + " of " + fmtInt(list.total);
+  range.dataset.total = list.total;
+  range.dataset.offset = offset;
+  $("prev").disabled = offset === 0;
+  $("next").disabled = offset + PAGE_SIZE >= list.total;
+}
+
+/// Makes `parent`'s `tag` children one per item, in order, keyed by `key`: existing
+/// elements are updated in place, so focus, selection and open rows survive a poll.
+function sync(parent, tag, items, key, create, update) {
+  const old = new Map();
+  for (const el of parent.querySelectorAll(":scope > " + tag)) old.set(el.dataset.key, el);
+  let before = parent.querySelector(":scope > " + tag);
+  for (const item of items) {
+    const k = key(item);
+    let el = old.get(k);
+    if (el) old.delete(k);
+    else {
+      el = create(item);
+      el.dataset.key = k;
+    }
+    update(el, item);
+    if (el !== before) parent.insertBefore(el, before);
+    else before = el.nextElementSibling;
+  }
+  for (const el of old.values()) el.remove();
+}
+
+function createProfile(p) {
+  const body = document.createElement("tbody");
+  body.className = "profile";
+  const row = body.insertRow();
+  row.className = "summary-row";
+  const toggle = row.insertCell();
+  toggle.className = "col-toggle";
+  const button = el("button", "toggle");
+  button.type = "button";
+  button.setAttribute("aria-expanded", "false");
+  button.setAttribute("aria-label", "Show endpoints of " + p.name);
+  button.addEventListener("click", () => toggleProfile(p.name));
+  toggle.append(button);
+  const name = row.insertCell();
+  name.className = "name";
+  const link = el("button", "name-button");
+  link.type = "button";
+  link.textContent = p.name;
+  link.addEventListener("click", () => toggleProfile(p.name));
+  name.append(link);
+  for (const cls of ["routing", "status", "counts", "num qps", "split"]) row.insertCell().className = cls;
+  return body;
+}
+
+function updateProfile(body, p) {
+  const row = body.rows[0];
+  const open = state.expanded.has(p.name);
+  body.classList.toggle("open", open);
+  row.querySelector(".toggle").setAttribute("aria-expanded", String(open));
+  setText(row.cells[2], p.routing);
+  setBadge(row.cells[3], p.status);
+  const counts = row.cells[4];
+  counts.replaceChildren();
+  for (const st of STATUSES) {
+    const n = p.endpoints[st];
+    if (n) counts.append(span("count", dot(st), n + " " + st));
+  }
+  const r = state.rates.get(p.name);
+  setText(row.cells[5], r ? fmtRate(r.queries) : "…");
+  renderSplit(row.cells[6], p.name, r);
+  let detail = body.rows[1];
+  if (!open) {
+    if (detail) detail.remove();
+    return;
+  }
+  if (!detail) {
+    detail = body.insertRow();
+    detail.className = "detail-row";
+    const cell = detail.insertCell();
+    cell.colSpan = 7;
+  }
+  renderDetail(detail.cells[0], p.name);
+}
+
+/// The order endpoints are coloured in: their names sorted, the same in the bar and in
+/// the endpoint table.
+function endpointColours(name) {
+  const stats = state.samples.get(name);
+  const names = stats ? Object.keys(stats.answers).sort() : [];
+  return new Map(names.map((n, i) => [n, "c" + (i % 8)]));
+}
+
+function renderSplit(cell, name, r) {
+  cell.replaceChildren();
+  if (!r) {
+    cell.append(text("span", "…", "muted"));
+    return;
+  }
+  if (r.total === 0) {
+    cell.append(text("span", "no answers", "muted"));
+    return;
+  }
+  const colours = endpointColours(name);
+  const bar = span("bar");
+  const legend = span("legend");
+  const parts = [];
+  for (const [ep, colour] of colours) {
+    const share = r.answers[ep] / r.total;
+    if (!share) continue;
+    const piece = span("piece " + colour);
+    piece.style.width = (share * 100).toFixed(2) + "%";
+    piece.title = ep + ": " + pct(share) + " (" + fmtRate(r.answers[ep]) + "/s)";
+    bar.append(piece);
+    parts.push(ep + " " + pct(share));
+    legend.append(span("legend-item", span("swatch " + colour), ep + " " + pct(share)));
+  }
+  bar.setAttribute("role", "img");
+  bar.setAttribute("aria-label", parts.join(", "));
+  cell.append(bar, legend);
+}
+
+function renderDetail(cell, name) {
+  const d = state.details.get(name);
+  if (!d) {
+    if (!cell.firstChild) cell.append(text("p", "Loading endpoints…", "muted"));
+    return;
+  }
+  let table = cell.querySelector("table");
+  if (!table) {
+    cell.replaceChildren();
+    table = el("table", "endpoints");
+    const head = table.createTHead().insertRow();
+    for (const h of ["Endpoint", "Target", "Status", "Last probe", "Last change", "Answers/s", ""]) {
+      const th = document.createElement("th");
+      th.textContent = h;
+      head.append(th);
+    }
+    table.append(document.createElement("tbody"));
+    cell.append(table);
+  }
+  const colours = endpointColours(name);
+  const r = state.rates.get(name);
+  const create = () => {
+    const tr = document.createElement("tr");
+    for (const cls of ["ep-name", "target", "status", "probe", "change", "num share", "action"]) tr.insertCell().className = cls;
+    return tr;
+  };
+  const update = (tr, ep) => {
+    const c = tr.cells;
+    c[0].replaceChildren(span("swatch " + (colours.get(ep.name) || "none")), ep.name);
+    setText(c[1], ep.target);
+    setBadge(c[2], ep.status);
+    if (ep.drained) c[2].append(" ", text("span", "drained", "badge drained"));
+    if (ep.weight_override !== undefined && ep.weight_override !== null) {
+      c[2].append(" ", text("span", "weight " + ep.weight_override, "badge override"));
+    }
+    renderProbe(c[3], ep);
+    renderChange(c[4], ep.last_change);
+    renderShare(c[5], ep.name, r);
+    renderDrain(c[6], name, ep);
+  };
+  sync(table.tBodies[0], "tr", d.endpoints, (ep) => ep.name, create, update);
+}
+
+function renderProbe(cell, ep) {
+  cell.replaceChildren();
+  if (!ep.target || ep.target.startsWith("profile ")) {
+    cell.append(text("span", "status of the nested profile", "muted"));
+    return;
+  }
+  if (!ep.probed) {
+    cell.append(text("span", ep.always_serve ? "not probed (always_serve)" : "not probed", "muted"));
+    return;
+  }
+  const p = ep.last_probe;
+  if (!p) {
+    cell.append(text("span", "waiting for the first probe", "muted"));
+    return;
+  }
+  cell.append(text("span", p.ok ? "ok" : p.result, p.ok ? "ok" : "fail"));
+  if (p.reason) cell.append(" — " + p.reason);
+  const when = text("span", " · " + ago(p.at) + " · " + p.duration_ms.toFixed(1) + " ms", "muted");
+  when.title = p.at;
+  cell.append(when);
+}
+
+function renderChange(cell, c) {
+  cell.replaceChildren();
+  if (!c) {
+    cell.append(text("span", "none yet", "muted"));
+    return;
+  }
+  cell.append(dot(c.from), c.from + " → ", dot(c.to), c.to);
+  if (c.reason) cell.append(" — " + c.reason);
+  const when = text("span", " · " + clock(new Date(c.at)) + " (" + ago(c.at) + ")", "muted");
+  when.title = c.at;
+  cell.append(when);
+}
+
+function renderShare(cell, ep, r) {
+  if (!r || !(ep in r.answers)) {
+    setText(cell, "—");
+    return;
+  }
+  const n = r.answers[ep];
+  setText(cell, fmtRate(n) + (r.total > 0 ? " (" + pct(n / r.total) + ")" : ""));
+}
+
+function renderDrain(cell, profile, ep) {
+  // Only servers whose API reports `drained` can drain: older ones show no button.
+  if (typeof ep.drained !== "boolean") {
+    cell.replaceChildren();
+    return;
+  }
+  let b = cell.querySelector("button");
+  if (!b) {
+    b = el("button", "drain");
+    b.type = "button";
+    b.addEventListener("click", () => drain(profile, b.dataset.endpoint, b.dataset.action, b));
+    cell.replaceChildren(b);
+  }
+  const action = ep.drained ? "undrain" : "drain";
+  b.dataset.endpoint = ep.name;
+  b.dataset.action = action;
+  setText(b, ep.drained ? "Undrain" : "Drain");
+  b.setAttribute("aria-label", (ep.drained ? "Undrain " : "Drain ") + ep.name + " of " + profile);
+}
+
+function renderEvents() {
+  const ev = state.events;
+  const note = $("events-note");
+  if (ev.absent) {
+    setText(note, "This server does not keep a list of changes; each endpoint's last change is in its row.");
+  } else if (ev.list.length === 0) {
+    setText(note, "No changes yet.");
+  } else {
+    setText(note, "");
+  }
+  const create = () => {
+    const li = document.createElement("li");
+    li.className = "event";
+    return li;
+  };
+  const update = (li, e) => {
+    if (li.childElementCount) return; // an event never changes
+    const time = text("time", clock(new Date(e.time)), "muted");
+    time.dateTime = e.time;
+    time.title = e.time;
+    li.dataset.kind = e.kind;
+    li.append(time, " ", text("span", EVENT_KINDS[e.kind] || e.kind, "kind"), " ");
+    li.append(text("span", e.profile + (e.endpoint ? " / " + e.endpoint : ""), "where"));
+    if (e.from !== undefined || e.to !== undefined) {
+      const from = e.from ?? "—";
+      const to = e.to ?? "—";
+      li.append(" ");
+      if (e.kind === "status") li.append(dot(String(from)));
+      li.append(String(from) + " → ");
+      if (e.kind === "status") li.append(dot(String(to)));
+      li.append(String(to));
+    }
+    if (e.reason) li.append(" — " + e.reason);
+    if (e.by) li.append(text("span", " by " + e.by, "muted"));
+  };
+  sync($("events"), "li", ev.list, (e) => String(e.seq), create, update);
+}
+
+// ---------------------------------------------------------------------------------------
+// Actions
+// ---------------------------------------------------------------------------------------
+
+function toggleProfile(name) {
+  if (state.expanded.has(name)) state.expanded.delete(name);
+  else state.expanded.add(name);
+  if (state.list) render();
+  poll();
+}
+
+async function drain(profile, endpoint, action, button) {
+  button.disabled = true;
+  try {
+    const path = profilePath(profile) + "/endpoints/" + encodeURIComponent(endpoint) + "/" + action;
+    const r = await api(path, "POST");
+    const d = state.details.get(profile);
+    const ep = d && d.endpoints.find((e) => e.name === endpoint);
+    if (ep) {
+      ep.drained = r.drained;
+      ep.weight_override = r.weight_override;
+    }
+    notice("");
+    render();
+  } catch (e) {
+    if (e instanceof AuthError) {
+      askForToken("The token was not accepted.");
+      return;
+    }
+    notice("Could not " + action + " " + endpoint + " of " + profile + ": " + e.message);
+  } finally {
+    button.disabled = false;
+  }
+  poll();
+}
+
+function notice(message) {
+  const n = $("notice");
+  n.textContent = message;
+  n.hidden = !message;
+}
+
+function askForToken(message) {
+  state.running = false;
+  clearTimeout(state.timer);
+  state.poll++;
+  if (state.token) {
+    state.token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+  }
+  show("login");
+  setConn("Token required", false);
+  const err = $("token-error");
+  err.textContent = message;
+  err.hidden = !message;
+  $("token").focus();
+}
+
+async function submitToken(ev) {
+  ev.preventDefault();
+  const input = $("token");
+  const token = input.value.trim();
+  if (!token) return;
+  const button = $("token-submit");
+  button.disabled = true;
+  state.token = token;
+  try {
+    await api("/api/v1/profiles?limit=0");
+    sessionStorage.setItem(TOKEN_KEY, token);
+    input.value = "";
+    $("token-error").hidden = true;
+    start();
+  } catch (e) {
+    state.token = null;
+    const err = $("token-error");
+    err.textContent = e instanceof AuthError ? "That token was not accepted." : e.message;
+    err.hidden = false;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function forgetToken() {
+  state.token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  location.reload();
+}
+
+function start() {
+  state.running = true;
+  poll();
+}
+
+// ---------------------------------------------------------------------------------------
+// Filter and pages (kept in the address's #fragment, so a reload or a shared link keeps them)
+// ---------------------------------------------------------------------------------------
+
+function loadFilter() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  state.filter.q = p.get("q") || "";
+  state.filter.status = STATUSES.includes(p.get("status")) ? p.get("status") : "";
+  state.filter.offset = Math.max(0, parseInt(p.get("offset") || "0", 10) || 0);
+  $("filter").value = state.filter.q;
+  $("status-filter").value = state.filter.status;
+}
+
+function saveFilter() {
+  const p = new URLSearchParams();
+  if (state.filter.q) p.set("q", state.filter.q);
+  if (state.filter.status) p.set("status", state.filter.status);
+  if (state.filter.offset) p.set("offset", String(state.filter.offset));
+  const hash = p.toString();
+  history.replaceState(null, "", hash ? "#" + hash : location.pathname + location.search);
+}
+
+function setFilter(change) {
+  Object.assign(state.filter, change);
+  saveFilter();
+  if (state.running) poll();
+}
+
+let typing = null;
+
+function wire() {
+  $("token-form").addEventListener("submit", submitToken);
+  $("forget-token").addEventListener("click", forgetToken);
+  // "input" as one types; "change" also covers a value cleared by a script or a tool.
+  const typed = (e) => {
+    clearTimeout(typing);
+    const q = e.target.value.trim();
+    if (q !== state.filter.q) typing = setTimeout(() => setFilter({ q, offset: 0 }), 200);
+  };
+  $("filter").addEventListener("input", typed);
+  $("filter").addEventListener("change", typed);
+  $("status-filter").addEventListener("change", (e) => setFilter({ status: e.target.value, offset: 0 }));
+  $("prev").addEventListener("click", () => setFilter({ offset: Math.max(0, state.filter.offset - PAGE_SIZE) }));
+  $("next").addEventListener("click", () => setFilter({ offset: state.filter.offset + PAGE_SIZE }));
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && state.running) poll();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------------------
+
+function el(tag, cls) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function text(tag, content, cls) {
+  const e = el(tag, cls);
+  e.textContent = content;
+  return e;
+}
+
+function span(cls, ...children) {
+  const e = el("span", cls);
+  e.append(...children);
+  return e;
+}
+
+function dot(status) {
+  const d = el("span", "dot st-" + status);
+  d.setAttribute("aria-hidden", "true");
+  return d;
+}
+
+function setBadge(cell, status) {
+  cell.replaceChildren(text("span", status, "badge st-" + status));
+  cell.dataset.status = status;
+}
+
+function setText(node, t) {
+  if (node.textContent !== t) node.textContent = t;
+}
+
+const intFormat = new Intl.NumberFormat();
+const fmtInt = (n) => intFormat.format(n);
+
+function fmtRate(r) {
+  if (r === 0) return "0";
+  if (r < 10) return r.toFixed(1);
+  return fmtInt(Math.round(r));
+}
+
+const pct = (share) => Math.round(share * 100) + "%";
+
+function clock(d) {
+  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+function ago(iso) {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.floor(s / 60) + " min ago";
+  if (s < 86400) return Math.floor(s / 3600) + " h ago";
+  return Math.floor(s / 86400) + " d ago";
+}
+
+wire();
+loadFilter();
+start();
