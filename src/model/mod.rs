@@ -8,7 +8,10 @@ pub mod counters;
 pub mod dnssec;
 pub mod events;
 pub mod health;
+pub mod presigned;
 pub mod profile;
+pub mod sigcache;
+pub mod signing;
 pub mod snapshot;
 pub mod zone;
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::counters::QueryCounters;
 use super::health::HealthTable;
+use super::presigned::Presigned;
 use super::profile::Profile;
 use super::zone::Zone;
 use crate::FastMap;
@@ -138,6 +139,8 @@ pub struct Snapshot {
     pub cookies: Secrets,
     /// Response rate limiting; `None`: off.
     pub rate_limit: Option<RateLimit>,
+    /// Signatures of the signed zones' answers, made after the load (`presigned`).
+    pub signatures: Presigned,
     /// Query logging in dnstap; `None`: off.
     pub dnstap: Option<Dnstap>,
 }
@@ -166,6 +169,7 @@ impl Snapshot {
             counters,
             cookies,
             rate_limit,
+            signatures: Presigned::default(),
             dnstap,
         }
     }

@@ -3,21 +3,25 @@
 //! size limit they pass, so their behaviour cannot diverge; `explain` runs it too.
 
 pub mod explain;
+pub mod signed;
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use arrayvec::ArrayVec;
 use rand::Rng;
 
 use crate::model::health::HealthView;
+use crate::model::signing::{self, Rrset};
 use crate::model::snapshot::Snapshot;
 use crate::model::zone::{Node, Zone};
-use crate::model::{Outcome, Target};
+use crate::model::{MAX_ANSWERS, Outcome, Target};
 use crate::routing::{self, Asked, Client, Ctx, Decision, Trace};
 use crate::wire::cookie::{ReplyCookie, Verdict};
 use crate::wire::name::NameText;
 use crate::wire::request::{self, Ecs, Parsed, Request};
 use crate::wire::response::{EDNS_PAYLOAD, EcsEcho, Header, Opt, Owner, Section, Writer};
 use crate::wire::{self, Rcode, Rtype};
+use signed::{OverBudget, Sign};
 
 /// Offset of the question name in every message.
 const QNAME_AT: usize = 12;
@@ -79,6 +83,7 @@ pub fn respond<R: Rng + ?Sized>(
             w.opt(&Opt {
                 ext_rcode: rcode.extended_bits(),
                 dnssec_ok: edns.dnssec_ok,
+                compact_ok: false,
                 ecs: None,
                 cookie: Some(&cookie),
             });
@@ -102,9 +107,23 @@ pub fn respond<R: Rng + ?Sized>(
             let cookie = cookie.map(|c| snap.cookies.reply(&c, packet.src, packet.now));
             outcome.cookie = cookie.map(|(_, v)| v);
             let reply = Reply { req: &req, cookie: cookie.as_ref().map(|(c, _)| c) };
-            let scope = answer(snap, ctx, &reply, packet.src, rng, out, &mut outcome);
+            let sign = req
+                .edns
+                .filter(|e| e.dnssec_ok)
+                .map(|_| Sign { presigned: &snap.signatures, now: packet.now });
+            let now = u64::from(packet.now);
+            let written =
+                answer(snap, ctx, &reply, packet.src, now, sign.as_ref(), rng, out, &mut outcome);
+            let Ok(written) = written else {
+                ctx.note(|| "over the signing budget: no reply".to_string());
+                signed::count(false);
+                return None;
+            };
+            if written.signed {
+                signed::count(true);
+            }
             if out.len() > usize::from(limit) {
-                truncate(&reply, scope, out);
+                truncate(&reply, written, out);
             }
             outcome.rcode = Rcode::from_parts(out[3], 0);
             if req.edns.is_some_and(|e| e.version > 0) {
@@ -156,10 +175,17 @@ impl Reply<'_> {
     /// Adds the OPT (only when the query had one), with ECS echoed at `scope`.
     #[inline]
     fn finish(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8) {
+        self.finish_with(w, ext_rcode, scope, false);
+    }
+
+    /// `finish`, with the CO flag echoed when the reply is a compact NXDOMAIN.
+    #[inline]
+    fn finish_with(&self, w: &mut Writer<'_>, ext_rcode: u8, scope: u8, compact_ok: bool) {
         let Some(edns) = self.req.edns else { return };
         w.opt(&Opt {
             ext_rcode,
             dnssec_ok: edns.dnssec_ok,
+            compact_ok,
             ecs: edns.ecs.map(|e| ecs_echo(e, scope)),
             cookie: self.cookie.map(|c| &c[..]),
         });
@@ -177,21 +203,36 @@ fn ecs_echo(e: Ecs, scope: u8) -> EcsEcho {
     EcsEcho { family: e.family, source: e.source, scope, addr }
 }
 
-/// Writes the full answer; returns the ECS scope used (for a truncated rewrite).
+/// What a written answer needs remembered for a truncated rewrite and for counting.
+#[derive(Clone, Copy, Debug, Default)]
+struct Written {
+    /// The ECS scope used.
+    scope: u8,
+    /// The answer carries signatures.
+    signed: bool,
+    /// A compact NXDOMAIN: CO is echoed.
+    compact: bool,
+}
+
+/// Writes the full answer. `sign` is set when the query has DO: then the answers of
+/// signed zones carry RRSIGs and their denials are compact.
+#[allow(clippy::too_many_arguments)]
 fn answer<R: Rng + ?Sized>(
     snap: &Snapshot,
     ctx: Ctx<'_, dyn HealthView + '_>,
     reply: &Reply<'_>,
     src: IpAddr,
+    now: u64,
+    sign: Option<&Sign<'_>>,
     rng: &mut R,
     out: &mut Vec<u8>,
     outcome: &mut Outcome,
-) -> u8 {
+) -> Result<Written, OverBudget> {
     let req = reply.req;
     let simple = |out: &mut Vec<u8>, rcode: Rcode, ext: u8| {
         let mut w = Writer::new(out, reply.header(rcode, false), Some(req.question));
         reply.finish(&mut w, ext, 0);
-        0
+        Ok(Written::default())
     };
     if let Some(e) = req.edns
         && e.version > 0
@@ -201,7 +242,8 @@ fn answer<R: Rng + ?Sized>(
     if req.qclass != 1 || matches!(req.qtype, Rtype::AXFR | Rtype::IXFR) {
         return simple(out, Rcode::REFUSED, 0);
     }
-    if req.qtype == Rtype::OPT {
+    // Meta-types: OPT, and NXNAME, which only compact denial's NSEC bitmaps hold (RFC 9824).
+    if matches!(req.qtype, Rtype::OPT | Rtype::NXNAME) {
         return simple(out, Rcode::FORMERR, 0);
     }
     let Some((zi, zone, origin_at)) = snap.find_zone(req.qname) else {
@@ -209,38 +251,56 @@ fn answer<R: Rng + ?Sized>(
         return simple(out, Rcode::REFUSED, 0);
     };
     outcome.zone = Some(zi);
+    let signed = sign.is_some() && zone.dnssec.is_some();
+    if signed {
+        ctx.note(|| "DO is set and the zone is signed: signed answer".to_string());
+    }
     let client = client_of(req, src);
-    let mut chain = Chain { snap, ctx, client: &client, rng, outcome };
+    let mut chain = Chain { snap, ctx, client: &client, rng, outcome, sign, now };
     let apex = Owner::At(QNAME_AT + origin_at);
     let Some(node) = zone.node(req.qname) else {
         ctx.note(|| format!("no such name in zone {}: NXDOMAIN", zone.origin));
-        return negative(reply, zone, apex, Rcode::NXDOMAIN, out);
+        return nxdomain(reply, zone, apex, sign, out);
     };
+    if origin_at == 0 && zone.dnssec.is_some() && signing::is_key_set(req.qtype) {
+        ctx.note(|| format!("the zone's {} RRset", req.qtype));
+        let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
+        let owner = Owner::At(QNAME_AT);
+        if !signed::key_set(&mut w, owner, zone, req.qtype, now, sign)? {
+            let types = signed::node_types(zone, node, true, now);
+            nodata(&mut w, apex, zone, sign, owner, req.qname, &types)?;
+        }
+        reply.finish(&mut w, 0, 0);
+        return Ok(Written { signed, ..Written::default() });
+    }
     if let Some(pid) = node.profile {
         chain.outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
             ctx.note(|| format!("profile {} is disabled: NXDOMAIN", profile.name));
-            return negative(reply, zone, apex, Rcode::NXDOMAIN, out);
+            return nxdomain(reply, zone, apex, sign, out);
         }
         if req.qtype == Rtype::ANY {
             ctx.note(|| "ANY: one synthesized HINFO record (RFC 8482)".to_string());
-            return rfc8482(reply, zone, out);
+            return rfc8482(reply, zone, sign, out);
         }
         let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
-        let scope = match chain.profile_records(&mut w, Owner::At(QNAME_AT), pid, req.qtype) {
-            Link::To(target, scope) => scope.max(chain.follow(&mut w, target, req.qtype)),
+        let owner = Owner::At(QNAME_AT);
+        let scope = match chain.profile_records(&mut w, owner, req.qname, pid, req.qtype)? {
+            Link::To(target, scope) => scope.max(chain.follow(&mut w, target, req.qtype)?),
             Link::End(scope) => scope,
             Link::NoData(scope) => {
-                negative_soa(&mut w, apex, zone);
+                let types = signed::profile_types(profile, req.qtype);
+                nodata(&mut w, apex, zone, sign, owner, req.qname, &types)?;
                 scope
             }
         };
         reply.finish(&mut w, 0, scope);
-        return scope;
+        return Ok(Written { scope, signed, compact: false });
     }
     ctx.note(|| "not a profile: static zone data".to_string());
-    static_answer(reply, zone, node, origin_at == 0, apex, &mut chain, out)
+    let scope = static_answer(reply, zone, node, origin_at == 0, apex, &mut chain, out)?;
+    Ok(Written { scope, signed, compact: false })
 }
 
 /// Where writing one name's records leaves a CNAME chain.
@@ -261,6 +321,9 @@ struct Chain<'a, 'q, R: ?Sized> {
     client: &'q Client,
     rng: &'q mut R,
     outcome: &'q mut Outcome,
+    sign: Option<&'q Sign<'q>>,
+    /// The query's arrival (Unix seconds): which keys are published and active.
+    now: u64,
 }
 
 /// The longest CNAME chain followed inside one answer; past it the resolver goes on.
@@ -268,22 +331,24 @@ const MAX_CHAIN: usize = 8;
 
 impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
     /// Routes profile `pid` for the chain's client and writes its answer records at `owner`
-    /// (with the ECS scope the decision depended on).
+    /// (the name `name`), with their RRSIGs when signing, and the ECS scope the decision
+    /// depended on.
     #[inline]
     fn profile_records(
         &mut self,
         w: &mut Writer<'_>,
         owner: Owner<'_>,
+        name: &[u8],
         pid: usize,
         qtype: Rtype,
-    ) -> Link<'a> {
+    ) -> Result<Link<'a>, OverBudget> {
         let profile = &self.snap.profiles[pid];
         let asked = match qtype {
             Rtype::A => Asked::A,
             Rtype::AAAA => Asked::Aaaa,
             _ => Asked::Other,
         };
-        match routing::route_name(self.ctx, pid, asked, self.client, self.rng) {
+        Ok(match routing::route_name(self.ctx, pid, asked, self.client, self.rng) {
             Decision::Answer { endpoints, scope } => {
                 for ep in &endpoints {
                     endpoint_record(w, owner, &ep.target, profile.ttl);
@@ -291,6 +356,10 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
                         // A long chain may hand out more endpoints than are counted.
                         let _ = self.outcome.endpoints.try_push(slot);
                     }
+                }
+                if let Some(sign) = self.sign {
+                    let zone = &self.snap.zones[profile.zone];
+                    sign_endpoints(sign, w, owner, name, zone, &endpoints, profile.ttl)?;
                 }
                 match endpoints.first().map(|ep| &ep.target) {
                     Some(Target::Host(name)) if qtype != Rtype::CNAME => {
@@ -300,7 +369,7 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
                 }
             }
             Decision::NoData { scope } => Link::NoData(scope),
-        }
+        })
     }
 
     /// Follows a CNAME chain through the names this server answers for (RFC 1034 §4.3.2,
@@ -308,7 +377,12 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
     /// for the same client. A target outside every zone, absent or disabled ends the chain
     /// (the resolver goes on from there); a target without the type ends it with its zone's
     /// SOA. Returns the narrowest ECS scope the chain depended on.
-    fn follow(&mut self, w: &mut Writer<'_>, first: &'a [u8], qtype: Rtype) -> u8 {
+    fn follow(
+        &mut self,
+        w: &mut Writer<'_>,
+        first: &'a [u8],
+        qtype: Rtype,
+    ) -> Result<u8, OverBudget> {
         let mut target = first;
         let mut scope = 0;
         for _ in 0..MAX_CHAIN {
@@ -317,8 +391,8 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
             let owner = Owner::Wire(target);
             let link = match node.profile {
                 Some(pid) if !self.snap.profiles[pid].enabled => break,
-                Some(pid) => self.profile_records(w, owner, pid, qtype),
-                None => static_records(w, owner, node, qtype),
+                Some(pid) => self.profile_records(w, owner, target, pid, qtype)?,
+                None => static_records(w, owner, target, zone, node, qtype, self.sign)?,
             };
             self.ctx.note(|| format!("followed the CNAME to {}", NameText(target)));
             match link {
@@ -326,36 +400,86 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
                     scope = scope.max(s);
                     target = next;
                 }
-                Link::End(s) => return scope.max(s),
+                Link::End(s) => return Ok(scope.max(s)),
                 Link::NoData(s) => {
                     let soa = Owner::Wire(&target[origin_at..]);
-                    negative_soa(w, soa, zone);
-                    return scope.max(s);
+                    let types: ArrayVec<Rtype, 22> = match node.profile {
+                        Some(pid) => signed::profile_types(&self.snap.profiles[pid], qtype)
+                            .into_iter()
+                            .collect(),
+                        None => signed::node_types(zone, node, origin_at == 0, self.now),
+                    };
+                    nodata(w, soa, zone, self.sign, owner, target, &types)?;
+                    return Ok(scope.max(s));
                 }
             }
         }
-        scope
+        Ok(scope)
     }
 }
 
-/// The records of `qtype` (or the CNAME) of a static name at `owner`.
+/// The RRSIGs of the endpoint records just written at `owner`: one RRset per type.
+fn sign_endpoints(
+    sign: &Sign<'_>,
+    w: &mut Writer<'_>,
+    owner: Owner<'_>,
+    name: &[u8],
+    zone: &Zone,
+    endpoints: &[&crate::model::Endpoint],
+    ttl: u32,
+) -> Result<(), OverBudget> {
+    let mut v4: ArrayVec<[u8; 4], MAX_ANSWERS> = ArrayVec::new();
+    let mut v6: ArrayVec<[u8; 16], MAX_ANSWERS> = ArrayVec::new();
+    for ep in endpoints {
+        match &ep.target {
+            Target::V4(a) => v4.push(a.octets()),
+            Target::V6(a) => v6.push(a.octets()),
+            Target::Host(host) => {
+                let rdata = std::iter::once(host.as_bytes());
+                let set = Rrset { owner: name, rtype: Rtype::CNAME, ttl, rdata };
+                sign.rrsigs(w, Section::Answer, owner, zone, set, ttl)?;
+            }
+            Target::Nested(_) => {}
+        }
+    }
+    if !v4.is_empty() {
+        let set = Rrset { owner: name, rtype: Rtype::A, ttl, rdata: v4.iter().map(|a| &a[..]) };
+        sign.rrsigs(w, Section::Answer, owner, zone, set, ttl)?;
+    }
+    if !v6.is_empty() {
+        let set = Rrset { owner: name, rtype: Rtype::AAAA, ttl, rdata: v6.iter().map(|a| &a[..]) };
+        sign.rrsigs(w, Section::Answer, owner, zone, set, ttl)?;
+    }
+    Ok(())
+}
+
+/// The records of `qtype` (or the CNAME) of a static name at `owner` (the name `name`),
+/// with their RRSIGs when signing.
 #[inline]
 fn static_records<'a>(
     w: &mut Writer<'_>,
     owner: Owner<'_>,
+    name: &[u8],
+    zone: &Zone,
     node: &'a Node,
     qtype: Rtype,
-) -> Link<'a> {
+    sign: Option<&Sign<'_>>,
+) -> Result<Link<'a>, OverBudget> {
     let Some(set) = node.rrset(qtype).or_else(|| node.rrset(Rtype::CNAME)) else {
-        return Link::NoData(0);
+        return Ok(Link::NoData(0));
     };
     for rd in &set.rdata {
         w.record(Section::Answer, owner, set.rtype, set.ttl, rd);
     }
-    match set.rtype {
+    if let Some(sign) = sign {
+        let rdata = set.rdata.iter().map(|r| &r[..]);
+        let signed = Rrset { owner: name, rtype: set.rtype, ttl: set.ttl, rdata };
+        sign.rrsigs(w, Section::Answer, owner, zone, signed, set.ttl)?;
+    }
+    Ok(match set.rtype {
         Rtype::CNAME if qtype != Rtype::CNAME => Link::To(&set.rdata[0], 0),
         _ => Link::End(0),
-    }
+    })
 }
 
 /// The client for routing: the ECS subnet if the query has one, else the source address.
@@ -383,26 +507,67 @@ fn negative_soa(w: &mut Writer<'_>, apex: Owner<'_>, zone: &Zone) {
     w.record(Section::Authority, apex, Rtype::SOA, zone.negative_ttl(), &zone.soa_rdata);
 }
 
-/// NXDOMAIN or NODATA: SOA in authority with the negative TTL.
-fn negative(
+/// The authority section of a negative answer: the SOA, and when signing its RRSIGs and
+/// the compact denial NSEC at `name` (written at `owner`) with the types it has.
+fn nodata(
+    w: &mut Writer<'_>,
+    apex: Owner<'_>,
+    zone: &Zone,
+    sign: Option<&Sign<'_>>,
+    owner: Owner<'_>,
+    name: &[u8],
+    types: &[Rtype],
+) -> Result<(), OverBudget> {
+    negative_soa(w, apex, zone);
+    let Some(sign) = sign.filter(|_| zone.dnssec.is_some()) else { return Ok(()) };
+    let rdata = std::iter::once(&zone.soa_rdata[..]);
+    let soa = Rrset { owner: zone.origin.as_bytes(), rtype: Rtype::SOA, ttl: zone.ttl, rdata };
+    sign.rrsigs(w, Section::Authority, apex, zone, soa, zone.negative_ttl())?;
+    sign.nsec(w, owner, name, zone, types)
+}
+
+/// A name that does not exist: NXDOMAIN with the SOA, or when signing compact denial
+/// (RFC 9824): NOERROR with an NSEC whose bitmap says NXNAME, NXDOMAIN only when the
+/// query has the CO flag.
+fn nxdomain(
     reply: &Reply<'_>,
     zone: &Zone,
     apex: Owner<'_>,
-    rcode: Rcode,
+    sign: Option<&Sign<'_>>,
     out: &mut Vec<u8>,
-) -> u8 {
-    let mut w = Writer::new(out, reply.header(rcode, true), Some(reply.req.question));
-    negative_soa(&mut w, apex, zone);
-    reply.finish(&mut w, 0, 0);
-    0
+) -> Result<Written, OverBudget> {
+    let req = reply.req;
+    let signed = sign.is_some() && zone.dnssec.is_some();
+    let compact = signed && req.edns.is_some_and(|e| e.compact_ok);
+    let rcode = if signed && !compact { Rcode::NOERROR } else { Rcode::NXDOMAIN };
+    let mut w = Writer::new(out, reply.header(rcode, true), Some(req.question));
+    nodata(&mut w, apex, zone, sign, Owner::At(QNAME_AT), req.qname, &[Rtype::NXNAME])?;
+    reply.finish_with(&mut w, 0, 0, compact);
+    Ok(Written { scope: 0, signed, compact })
 }
 
 /// RFC 8482: answer ANY with one synthesized HINFO record instead of everything.
-fn rfc8482(reply: &Reply<'_>, zone: &Zone, out: &mut Vec<u8>) -> u8 {
+fn rfc8482(
+    reply: &Reply<'_>,
+    zone: &Zone,
+    sign: Option<&Sign<'_>>,
+    out: &mut Vec<u8>,
+) -> Result<Written, OverBudget> {
+    const HINFO: &[u8] = b"\x07RFC8482\x00";
     let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(reply.req.question));
-    w.record(Section::Answer, Owner::At(QNAME_AT), Rtype::HINFO, zone.ttl, b"\x07RFC8482\x00");
+    let owner = Owner::At(QNAME_AT);
+    w.record(Section::Answer, owner, Rtype::HINFO, zone.ttl, HINFO);
+    if let Some(sign) = sign {
+        let set = Rrset {
+            owner: reply.req.qname,
+            rtype: Rtype::HINFO,
+            ttl: zone.ttl,
+            rdata: std::iter::once(HINFO),
+        };
+        sign.rrsigs(&mut w, Section::Answer, owner, zone, set, zone.ttl)?;
+    }
     reply.finish(&mut w, 0, 0);
-    0
+    Ok(Written { signed: sign.is_some() && zone.dnssec.is_some(), ..Written::default() })
 }
 
 fn static_answer<'a, R: Rng + ?Sized>(
@@ -413,19 +578,26 @@ fn static_answer<'a, R: Rng + ?Sized>(
     apex: Owner<'_>,
     chain: &mut Chain<'a, '_, R>,
     out: &mut Vec<u8>,
-) -> u8 {
-    let qtype = reply.req.qtype;
+) -> Result<u8, OverBudget> {
+    let req = reply.req;
+    let qtype = req.qtype;
+    let sign = chain.sign;
     if qtype == Rtype::ANY {
-        return rfc8482(reply, zone, out);
+        return rfc8482(reply, zone, sign, out).map(|w| w.scope);
     }
-    let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(reply.req.question));
+    let mut w = Writer::new(out, reply.header(Rcode::NOERROR, true), Some(req.question));
     let owner = Owner::At(QNAME_AT);
     let scope = if is_apex && qtype == Rtype::SOA {
         w.record(Section::Answer, owner, Rtype::SOA, zone.ttl, &zone.soa_rdata);
+        if let Some(sign) = sign {
+            let rdata = std::iter::once(&zone.soa_rdata[..]);
+            let set = Rrset { owner: req.qname, rtype: Rtype::SOA, ttl: zone.ttl, rdata };
+            sign.rrsigs(&mut w, Section::Answer, owner, zone, set, zone.ttl)?;
+        }
         0
     } else {
-        match static_records(&mut w, owner, node, qtype) {
-            Link::To(target, _) => chain.follow(&mut w, target, qtype),
+        match static_records(&mut w, owner, req.qname, zone, node, qtype, sign)? {
+            Link::To(target, _) => chain.follow(&mut w, target, qtype)?,
             Link::End(_) => {
                 if qtype == Rtype::NS
                     && is_apex
@@ -436,16 +608,17 @@ fn static_answer<'a, R: Rng + ?Sized>(
                 0
             }
             Link::NoData(_) => {
-                negative_soa(&mut w, apex, zone);
+                let types = signed::node_types(zone, node, is_apex, chain.now);
+                nodata(&mut w, apex, zone, sign, owner, req.qname, &types)?;
                 0
             }
         }
     };
     reply.finish(&mut w, 0, scope);
-    scope
+    Ok(scope)
 }
 
-/// Addresses of in-zone name servers, in the additional section.
+/// Addresses of in-zone name servers, in the additional section (never signed: glue).
 fn glue(w: &mut Writer<'_>, zone: &Zone, ns_names: &[Box<[u8]>]) {
     for ns in ns_names {
         let Some(node) = zone.node(ns) else { continue };
@@ -460,10 +633,10 @@ fn glue(w: &mut Writer<'_>, zone: &Zone, ns_names: &[Box<[u8]>]) {
 }
 
 /// Rewrites an oversized UDP answer as header + question (+ OPT) with TC set.
-fn truncate(reply: &Reply<'_>, scope: u8, out: &mut Vec<u8>) {
+fn truncate(reply: &Reply<'_>, written: Written, out: &mut Vec<u8>) {
     let rcode = Rcode::from_parts(out[3], 0);
     let aa = out[2] & 0x04 != 0;
     let mut w = Writer::new(out, reply.header(rcode, aa), Some(reply.req.question));
     w.set_truncated();
-    reply.finish(&mut w, 0, scope);
+    reply.finish_with(&mut w, 0, written.scope, written.compact);
 }

@@ -13,6 +13,7 @@ pub mod dnstap;
 pub mod fdlimit;
 pub mod key_timing;
 pub mod overrides;
+pub mod presign;
 pub mod rrl;
 pub mod tcp;
 pub mod totals;
@@ -53,7 +54,8 @@ pub struct Server {
     dns_addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     cancel: CancellationToken,
-    udp_threads: Vec<JoinHandle<()>>,
+    /// The UDP workers and the pre-signer, joined at shutdown.
+    threads: Vec<JoinHandle<()>>,
     tasks: JoinSet<()>,
     /// The dnstap writer, when `log.dnstap` is set; closed after the listeners.
     tap: Option<Tap>,
@@ -86,11 +88,17 @@ impl Server {
             dns_addrs: Vec::new(),
             admin_addr: None,
             cancel,
-            udp_threads: Vec::new(),
+            threads: Vec::new(),
             tasks: JoinSet::new(),
             tap,
             _watcher: None,
         };
+        match presign::spawn(server.control.shared.clone(), server.cancel.clone()) {
+            Ok(t) => server.threads.push(t),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the pre-signer; signing on demand only")
+            }
+        }
         if let Err(e) = server.start_listeners(&listen).await {
             server.shutdown().await;
             return Err(e);
@@ -170,7 +178,7 @@ impl Server {
                 .name(format!("udp-{}-{i}", actual.port()))
                 .spawn(move || udp::serve(sock, shared, limiter, tap, cancel))
                 .map_err(|e| bind_err(addr, e))?;
-            self.udp_threads.push(t);
+            self.threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
         let tap = self.tap.as_ref().map(Tap::tcp);
@@ -214,7 +222,7 @@ impl Server {
         self.cancel.cancel();
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
-        let threads = std::mem::take(&mut self.udp_threads);
+        let threads = std::mem::take(&mut self.threads);
         let tap = self.tap.take();
         let _ = tokio::task::spawn_blocking(move || {
             threads.into_iter().for_each(|t| drop(t.join()));

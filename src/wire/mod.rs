@@ -3,6 +3,7 @@
 //! on it.
 
 pub mod cookie;
+pub mod dnssec;
 pub mod name;
 pub mod request;
 pub mod response;

@@ -28,6 +28,9 @@ pub struct Edns {
     pub payload: u16,
     pub version: u8,
     pub dnssec_ok: bool,
+    /// The CO flag, "Compact Answers OK" (RFC 9824 §4): a signed name that does not exist
+    /// may be answered NXDOMAIN with compact denial.
+    pub compact_ok: bool,
     pub ecs: Option<Ecs>,
     /// Where the COOKIE option's data is in the query (already checked to be well formed):
     /// kept as a position so that `Edns`, copied around on every query, stays small.
@@ -212,6 +215,7 @@ fn read_opt(fixed: &[u8], rdata: &[u8], rdata_at: usize) -> Result<Edns, Bad> {
     let payload = u16::from_be_bytes([fixed[2], fixed[3]]);
     let version = fixed[5];
     let dnssec_ok = fixed[6] & 0x80 != 0;
+    let compact_ok = fixed[6] & 0x40 != 0;
     let mut ecs = None;
     let mut cookie = None;
     let mut pos = 0;
@@ -238,7 +242,7 @@ fn read_opt(fixed: &[u8], rdata: &[u8], rdata_at: usize) -> Result<Edns, Bad> {
             cookie = Some(CookieAt { start, len: len as u8 });
         }
     }
-    Ok(Edns { payload, version, dnssec_ok, ecs, cookie })
+    Ok(Edns { payload, version, dnssec_ok, compact_ok, ecs, cookie })
 }
 
 /// RFC 7871 §6 and §7.1: known family, prefix within the family, exactly

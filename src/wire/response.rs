@@ -20,6 +20,8 @@ pub struct Opt<'a> {
     pub ext_rcode: u8,
     /// The query's DO bit, copied (RFC 3225 §3).
     pub dnssec_ok: bool,
+    /// The CO flag, echoed when the reply uses it (RFC 9824 §4).
+    pub compact_ok: bool,
     pub ecs: Option<EcsEcho>,
     /// Client cookie and server cookie (RFC 7873).
     pub cookie: Option<&'a [u8]>,
@@ -100,6 +102,27 @@ impl<'b> Writer<'b> {
         self.bump(section);
     }
 
+    /// A record whose RDATA is written from parts, so it need not be assembled first.
+    pub fn record_parts(
+        &mut self,
+        section: Section,
+        owner: Owner<'_>,
+        rtype: Rtype,
+        ttl: u32,
+        parts: &[&[u8]],
+    ) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.owner(owner);
+        self.buf.extend_from_slice(&rtype.to_be_bytes());
+        self.buf.extend_from_slice(&CLASS_IN.to_be_bytes());
+        self.buf.extend_from_slice(&ttl.to_be_bytes());
+        self.buf.extend_from_slice(&(len as u16).to_be_bytes());
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.bump(section);
+    }
+
     fn owner(&mut self, owner: Owner<'_>) {
         match owner {
             Owner::At(off) => self.buf.extend_from_slice(&(0xc000 | off as u16).to_be_bytes()),
@@ -119,7 +142,12 @@ impl<'b> Writer<'b> {
         self.buf.push(0);
         self.buf.extend_from_slice(&Rtype::OPT.to_be_bytes());
         self.buf.extend_from_slice(&EDNS_PAYLOAD.to_be_bytes());
-        self.buf.extend_from_slice(&[opt.ext_rcode, 0, u8::from(opt.dnssec_ok) << 7, 0]);
+        self.buf.extend_from_slice(&[
+            opt.ext_rcode,
+            0,
+            (u8::from(opt.dnssec_ok) << 7) | (u8::from(opt.compact_ok) << 6),
+            0,
+        ]);
         let rdlen_at = self.buf.len();
         self.buf.extend_from_slice(&[0, 0]);
         if let Some(e) = &opt.ecs {

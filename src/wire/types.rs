@@ -17,11 +17,20 @@ impl Rtype {
     pub const AAAA: Rtype = Rtype(28);
     pub const SRV: Rtype = Rtype(33);
     pub const OPT: Rtype = Rtype(41);
+    pub const DS: Rtype = Rtype(43);
+    pub const RRSIG: Rtype = Rtype(46);
+    pub const NSEC: Rtype = Rtype(47);
+    pub const DNSKEY: Rtype = Rtype(48);
+    pub const CDS: Rtype = Rtype(59);
+    pub const CDNSKEY: Rtype = Rtype(60);
+    /// A meta-type that only appears in NSEC bitmaps of compact denial: the name does not
+    /// exist (RFC 9824).
+    pub const NXNAME: Rtype = Rtype(128);
     pub const IXFR: Rtype = Rtype(251);
     pub const AXFR: Rtype = Rtype(252);
     pub const ANY: Rtype = Rtype(255);
 
-    const NAMES: [(Rtype, &'static str); 13] = [
+    const NAMES: [(Rtype, &'static str); 20] = [
         (Rtype::A, "A"),
         (Rtype::NS, "NS"),
         (Rtype::CNAME, "CNAME"),
@@ -32,6 +41,13 @@ impl Rtype {
         (Rtype::AAAA, "AAAA"),
         (Rtype::SRV, "SRV"),
         (Rtype::OPT, "OPT"),
+        (Rtype::DS, "DS"),
+        (Rtype::RRSIG, "RRSIG"),
+        (Rtype::NSEC, "NSEC"),
+        (Rtype::DNSKEY, "DNSKEY"),
+        (Rtype::CDS, "CDS"),
+        (Rtype::CDNSKEY, "CDNSKEY"),
+        (Rtype::NXNAME, "NXNAME"),
         (Rtype::IXFR, "IXFR"),
         (Rtype::AXFR, "AXFR"),
         (Rtype::ANY, "ANY"),

@@ -66,6 +66,8 @@ pub struct EdnsQ {
     pub payload: u16,
     pub version: u8,
     pub dnssec_ok: bool,
+    /// The CO flag, "Compact Answers OK" (RFC 9824).
+    pub compact_ok: bool,
     /// (code, data) in order.
     pub options: Vec<(u16, Vec<u8>)>,
 }
@@ -121,6 +123,7 @@ impl Q {
             payload: 1232,
             version: 0,
             dnssec_ok: false,
+            compact_ok: false,
             options: Vec::new(),
         })
     }
@@ -143,6 +146,11 @@ impl Q {
 
     pub fn dnssec_ok(mut self) -> Q {
         self.edns_mut().dnssec_ok = true;
+        self
+    }
+
+    pub fn compact_ok(mut self) -> Q {
+        self.edns_mut().compact_ok = true;
         self
     }
 
@@ -189,7 +197,8 @@ impl Q {
             b.push(0);
             b.extend_from_slice(&T_OPT.to_be_bytes());
             b.extend_from_slice(&e.payload.to_be_bytes());
-            b.extend_from_slice(&[0, e.version, if e.dnssec_ok { 0x80 } else { 0 }, 0]);
+            let flags = (u8::from(e.dnssec_ok) << 7) | (u8::from(e.compact_ok) << 6);
+            b.extend_from_slice(&[0, e.version, flags, 0]);
             let rdata: Vec<u8> = e
                 .options
                 .iter()

@@ -55,6 +55,12 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_rate_limited",
         "UDP answers held back by response rate limiting: dropped, or sent truncated (slipped)",
     ),
+    ("steerdns_dnssec_signed_answers", "Answers that carried DNSSEC signatures"),
+    (
+        "steerdns_dnssec_signatures",
+        "Signatures put in answers, by where they came from: a thread's cache, the pre-signed table, or signed on the spot",
+    ),
+    ("steerdns_dnssec_dropped", "Queries not answered because the signing budget was spent"),
     ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
     (
         "steerdns_dnstap_dropped",
@@ -86,6 +92,17 @@ pub fn render(control: &Control) -> String {
         let series = Series::new("steerdns_rate_limited", vec![("action", action.into())]);
         counters.insert(series, n.load(Ordering::Relaxed));
     }
+    let signing = &crate::responder::signed::COUNTS;
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+    counters.insert(Series::new("steerdns_dnssec_signed_answers", vec![]), load(&signing.answers));
+    counters.insert(Series::new("steerdns_dnssec_dropped", vec![]), load(&signing.dropped));
+    for (source, n) in
+        [("cache", &signing.cached), ("presigned", &signing.presigned), ("signed", &signing.made)]
+    {
+        let series = Series::new("steerdns_dnssec_signatures", vec![("source", source.into())]);
+        counters.insert(series, load(n));
+    }
+    let presigned = snap.signatures.table().map_or(0, |t| t.sigs.len());
     if let Some(tap) = &control.dnstap {
         counters
             .insert(Series::new("steerdns_dnstap_sent", vec![]), tap.sent.load(Ordering::Relaxed));
@@ -108,6 +125,12 @@ pub fn render(control: &Control) -> String {
             help: "Profiles in the running configuration",
             labels: vec![],
             value: snap.profiles.len() as f64,
+        },
+        Gauge {
+            name: "steerdns_dnssec_presigned",
+            help: "Signatures in the running configuration's pre-signed table",
+            labels: vec![],
+            value: presigned as f64,
         },
     ];
     gauges.extend(endpoint_status_gauges(&snap));
