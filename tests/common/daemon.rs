@@ -41,6 +41,15 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Whether the binary `name` is installed; prints `skip` (why the caller skips) when not.
+pub fn installed(name: &str, skip: &str) -> bool {
+    let found = find_binary(name).is_some();
+    if !found {
+        eprintln!("{skip}");
+    }
+    found
+}
+
 /// An address of its own for the next daemon of this process, and its number (from 0):
 /// 127.0.0.x, x from 2 to 251, for daemons that can listen on any loopback address.
 pub fn next_daemon_addr() -> (SocketAddr, usize) {

@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use super::daemon::{Daemon, find_binary, free_port};
+use super::daemon::{Daemon, find_binary, free_port, installed};
 
 const SKIP: &str = "named not installed: skipping BIND interop tests; apt-get install bind9";
 
@@ -75,11 +75,7 @@ pub struct Named {
 impl Named {
     /// Whether `named` is installed; prints why the caller skips when it is not.
     pub fn available() -> bool {
-        let found = find_binary("named").is_some();
-        if !found {
-            eprintln!("{SKIP}");
-        }
-        found
+        installed("named", SKIP)
     }
 
     /// Starts named forwarding `zone` to the authoritative server `auth`. `None` (with a

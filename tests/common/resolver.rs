@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::daemon::{Daemon, find_binary, next_daemon_addr};
+use super::daemon::{Daemon, find_binary, installed, next_daemon_addr};
 use super::dns::Q;
 use super::reply::Reply;
 
@@ -115,11 +115,7 @@ pub struct Resolver {
 impl Resolver {
     /// Whether `unbound` is installed; prints why the caller skips when it is not.
     pub fn available() -> bool {
-        let found = find_binary("unbound").is_some();
-        if !found {
-            eprintln!("{SKIP}");
-        }
-        found
+        installed("unbound", SKIP)
     }
 
     /// Starts Unbound in front of the authoritative server `auth` for `zone`. `None` (with a
