@@ -281,11 +281,7 @@ pub struct ZoneSigning {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn unhex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-    }
+    use crate::wire::unhex;
 
     /// RFC 6605 §6.1: the P-256 example key's DNSKEY, key tag and SHA-256 DS.
     #[test]

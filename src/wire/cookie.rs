@@ -183,10 +183,7 @@ fn make(key: &[u8; 16], client: &[u8; 8], stamp: u32, src: IpAddr) -> [u8; SERVE
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-    }
+    use crate::wire::unhex as hex;
 
     /// The worked examples of RFC 9018 Appendix A: a cookie made by one implementation is
     /// valid at another with the same secret.

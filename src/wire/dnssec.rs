@@ -163,11 +163,7 @@ pub fn compact_next_name(qname: &[u8]) -> ArrayVec<u8, 255> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn unhex(s: &str) -> Vec<u8> {
-        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-    }
+    use crate::wire::unhex;
 
     #[test]
     fn bitmaps_table() {

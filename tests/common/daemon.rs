@@ -41,6 +41,25 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A daemon's configuration from `template`: its directory, where it listens, the
+/// authoritative server it asks and the zone (made absolute) filled in.
+pub fn fill_conf(
+    template: &str,
+    dir: &Path,
+    listen: SocketAddr,
+    auth: SocketAddr,
+    zone: &str,
+) -> String {
+    let zone = if zone.ends_with('.') { zone.to_string() } else { format!("{zone}.") };
+    template
+        .replace("{dir}", &dir.display().to_string())
+        .replace("{listen_addr}", &listen.ip().to_string())
+        .replace("{listen_port}", &listen.port().to_string())
+        .replace("{auth_addr}", &auth.ip().to_string())
+        .replace("{auth_port}", &auth.port().to_string())
+        .replace("{zone}", &zone)
+}
+
 /// Whether the binary `name` is installed; prints `skip` (why the caller skips) when not.
 pub fn installed(name: &str, skip: &str) -> bool {
     let found = find_binary(name).is_some();

@@ -11,7 +11,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use super::daemon::{Daemon, find_binary, free_port, installed};
+use super::daemon::{Daemon, fill_conf, find_binary, free_port, installed};
 
 const SKIP: &str = "named not installed: skipping BIND interop tests; apt-get install bind9";
 
@@ -90,16 +90,9 @@ impl Named {
         // rest of 127.0.0.0/8.
         let addr = free_port(Ipv4Addr::LOCALHOST);
         let dir = tempfile::tempdir().expect("tempdir");
-        let zone = if zone.ends_with('.') { zone.to_string() } else { format!("{zone}.") };
         let send_cookie = if cookies == Cookies::Send { "yes" } else { "no" };
-        let conf = CONF
-            .replace("{dir}", &dir.path().display().to_string())
-            .replace("{listen_addr}", &addr.ip().to_string())
-            .replace("{listen_port}", &addr.port().to_string())
-            .replace("{auth_addr}", &auth.ip().to_string())
-            .replace("{auth_port}", &auth.port().to_string())
-            .replace("{zone}", &zone)
-            .replace("{send_cookie}", send_cookie);
+        let conf =
+            fill_conf(CONF, dir.path(), addr, auth, zone).replace("{send_cookie}", send_cookie);
         let conf_path = dir.path().join("named.conf");
         std::fs::write(&conf_path, conf).expect("write named.conf");
         // -g: foreground, log to stderr; -4: IPv4 only; -n 1: one worker thread (tests run

@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::daemon::{Daemon, find_binary, installed, next_daemon_addr};
+use super::daemon::{Daemon, fill_conf, find_binary, installed, next_daemon_addr};
 use super::dns::Q;
 use super::reply::Reply;
 
@@ -130,14 +130,7 @@ impl Resolver {
         let dir = tempfile::tempdir().expect("tempdir");
         let slot = (std::process::id() as usize * 7 + n) % OUTGOING_SLOTS;
         let first = FIRST_OUTGOING_PORT + slot as u16 * PORTS_PER_RESOLVER;
-        let zone = if zone.ends_with('.') { zone.to_string() } else { format!("{zone}.") };
-        let conf = CONF
-            .replace("{dir}", &dir.path().display().to_string())
-            .replace("{listen_addr}", &addr.ip().to_string())
-            .replace("{listen_port}", &addr.port().to_string())
-            .replace("{auth_addr}", &auth.ip().to_string())
-            .replace("{auth_port}", &auth.port().to_string())
-            .replace("{zone}", &zone)
+        let conf = fill_conf(CONF, dir.path(), addr, auth, zone)
             .replace("{ports}", &format!("{first}-{}", first + PORTS_PER_RESOLVER - 1));
         let conf_path = dir.path().join("unbound.conf");
         std::fs::write(&conf_path, conf).expect("write unbound.conf");
