@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::raw::{RawProfile, with_line_base};
+use super::remote::{RemoteFile, RemoteProfiles, location};
 use super::reuse::{self, Piece, ProfileFile, Reuse};
 use super::yaml;
 use super::{Limits, par};
@@ -147,10 +148,65 @@ fn read_file(path: &Path, reuse: Option<&Reuse<'_>>, limit: Limit) -> FileRead {
             message: "the file is empty; delete it to remove its profiles".into(),
         });
     }
+    from_text(path, &text, reuse, read)
+}
+
+fn from_text(path: &Path, text: &str, reuse: Option<&Reuse<'_>>, mut read: FileRead) -> FileRead {
     let file: Arc<Path> = Arc::from(path);
-    let identity = read_text(&file, &text, reuse.and_then(|r| r.file(path)), &mut read);
+    let identity = read_text(&file, text, reuse.and_then(|r| r.file(path)), &mut read);
     read.identity = Some(identity);
     read
+}
+
+/// The profile files of `remote` (etcd keys), as `read_dir` reads a directory's: each
+/// named `etcd:<key>` in errors and in what the next reload compares.
+pub fn read_remote(
+    remote: &RemoteProfiles,
+    reuse: Option<&Reuse<'_>>,
+    limits: &Limits,
+    errors: &mut Vec<ConfigError>,
+) -> (Vec<Source>, Vec<ProfileFile>) {
+    let place = location(remote.files.first().map_or("", |f| f.key.as_str()));
+    if over_total(&place, remote.total_len(), limits, errors) {
+        return (Vec::new(), Vec::new());
+    }
+    let read = |part: &[RemoteFile]| {
+        part.iter().map(|f| remote_file(f, reuse, limits.profile_file)).collect::<Vec<_>>()
+    };
+    let reads: Vec<FileRead> = par::chunked(&remote.files, 1, read).into_iter().flatten().collect();
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for (f, read) in remote.files.iter().zip(reads) {
+        errors.extend(read.errors);
+        if let Some(Identity { len, hash, pieces }) = read.identity {
+            let ids = out.len()..out.len() + read.docs.len();
+            seen.push(ProfileFile { path: f.location(), len, hash, ids, pieces });
+        }
+        out.extend(read.docs);
+    }
+    (out, seen)
+}
+
+fn remote_file(f: &RemoteFile, reuse: Option<&Reuse<'_>>, limit: Limit) -> FileRead {
+    let mut read = FileRead::default();
+    let path = f.location();
+    let message = if f.text.len() as u64 > limit.bytes {
+        Some(format!(
+            "the key holds {} bytes, more than the {} bytes of {}",
+            f.text.len(),
+            limit.bytes,
+            limit.set_by
+        ))
+    } else if f.text.trim().is_empty() {
+        Some("the key is empty; delete it to remove its profiles".to_string())
+    } else {
+        None
+    };
+    if let Some(message) = message {
+        read.errors.push(ConfigError { file: path, pos: Pos::default(), message });
+        return read;
+    }
+    from_text(&path, &f.text, reuse, read)
 }
 
 /// The profiles of a file's text: all taken over from `prev` (what the running snapshot

@@ -10,6 +10,7 @@
 //! the running configuration without reading any file.
 
 mod check;
+pub mod cluster;
 mod cookies;
 pub mod dnssec;
 mod dnstap;
@@ -22,6 +23,7 @@ mod par;
 mod profiles;
 mod rate_limit;
 pub mod raw;
+pub mod remote;
 mod reuse;
 mod rules;
 pub mod schema;
@@ -42,9 +44,11 @@ use crate::diag::{self, Limit, Sink, from_yaml};
 use files::Doc;
 pub use overrides::{Dropped, Override, Overrides};
 use raw::{Loc, RawListen, RawServer};
+use remote::RemoteProfiles;
 use reuse::Reuse;
 
 use crate::geo::World;
+use crate::model::cluster::ClusterSettings;
 use crate::model::health::{HealthTable, Status};
 use crate::model::snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
 use crate::model::zone::{Zone, next_serial};
@@ -72,7 +76,8 @@ impl Loaded {
 /// can take over the unchanged ones; and the run-time overrides.
 #[derive(Clone, Debug, Default)]
 pub struct ReloadCache {
-    pub profiles_dir: PathBuf,
+    /// The profiles directory; `None` when the profiles come from etcd.
+    pub profiles_dir: Option<PathBuf>,
     pub keys: dnssec::KeyWatch,
     files: Vec<reuse::ProfileFile>,
     /// `state_file:`, resolved; `None`: overrides are kept in memory only.
@@ -93,12 +98,44 @@ pub struct Previous<'a> {
 /// replaced, if any) keeps zone serials growing only when content changed, and lends the
 /// profiles of documents that did not change (see `reuse`).
 pub fn load(path: &Path, previous: Option<Previous<'_>>) -> Result<Loaded, ConfigErrors> {
-    match load_with(path, previous, true) {
+    load_from(path, previous, ProfileSource::AsConfigured)
+}
+
+/// Where a load reads the profile files from.
+#[derive(Clone, Copy, Debug)]
+pub enum ProfileSource<'a> {
+    /// What `profiles:` says; with `profiles: etcd` that is an error (nothing was fetched).
+    AsConfigured,
+    /// This directory, whatever `profiles:` says (`steerdns cluster push` checks one).
+    Dir(&'a Path),
+    /// These files fetched from etcd; `profiles:` must say `etcd`.
+    Remote(&'a RemoteProfiles),
+}
+
+/// `load`, with the profile files from `source`.
+pub fn load_from(
+    path: &Path,
+    previous: Option<Previous<'_>>,
+    source: ProfileSource<'_>,
+) -> Result<Loaded, ConfigErrors> {
+    match load_with(path, previous, source, true) {
         // Taken-over profiles have no positions: find the errors again from the files.
-        Err(Failed { reused: true, .. }) => load_with(path, previous, false),
+        Err(Failed { reused: true, .. }) => load_with(path, previous, source, false),
         done => done,
     }
     .map_err(|f| f.errors)
+}
+
+/// Reads only `steerdns.yaml`'s `cluster:` block (`None` without one): a replica must
+/// reach etcd before it can load profiles from there.
+pub fn cluster_settings(path: &Path) -> Result<Option<ClusterSettings>, ConfigErrors> {
+    let text = diag::read_file(path, CONFIG_FILE_LIMIT)?;
+    let raw: RawServer =
+        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut errors = Vec::new();
+    let settings = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+    if errors.is_empty() { Ok(settings) } else { Err(ConfigErrors(errors)) }
 }
 
 /// A failed load, and whether it took profiles over from the previous snapshot.
@@ -116,6 +153,7 @@ impl From<ConfigErrors> for Failed {
 fn load_with(
     path: &Path,
     previous: Option<Previous<'_>>,
+    source: ProfileSource<'_>,
     allow_reuse: bool,
 ) -> Result<Loaded, Failed> {
     let mut errors = Vec::new();
@@ -130,13 +168,39 @@ fn load_with(
         cookies::build(&mut Sink { file: path, errors: &mut errors }, raw.cookies.as_ref(), &base);
     let rate_limit =
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
+    let cluster = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+    let from_etcd = cluster::profiles_from_etcd(&raw);
+    let profiles_dir = match source {
+        ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
+        ProfileSource::Remote(_) if !from_etcd => {
+            let message = "profiles were fetched from etcd, but profiles: does not say etcd";
+            errors.push(ConfigError {
+                file: path.into(),
+                pos: Default::default(),
+                message: message.into(),
+            });
+            None
+        }
+        ProfileSource::AsConfigured if from_etcd => {
+            if let Some(p) = raw.profiles.as_ref().filter(|_| raw.cluster.is_some()) {
+                Sink { file: path, errors: &mut errors }.on(
+                    p,
+                    "profiles: etcd reads the profiles from etcd; this command reads files only",
+                );
+            }
+            None
+        }
+        _ => (!from_etcd).then_some(profiles_dir),
+    };
     // The state file when there is one; the overrides in memory when there is none, or
     // when it does not exist yet (the server then writes it).
     let state_file = raw.state_file.as_ref().map(|f| base.join(&f.value));
     let from_file = match (&raw.state_file, &state_file) {
         (Some(key), Some(state)) => {
             let mut sink = Sink { file: path, errors: &mut errors };
-            state_file_place(&mut sink, key, state, &profiles_dir);
+            if let Some(dir) = &profiles_dir {
+                state_file_place(&mut sink, key, state, dir);
+            }
             overrides::read(state).unwrap_or_else(|e| {
                 errors.push(e);
                 Some(Overrides::default())
@@ -150,7 +214,13 @@ fn load_with(
         dnstap::build(&mut Sink { file: path, errors: &mut errors }, raw.log.as_ref(), &base);
     let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
     let previous = previous.map(|p| p.snapshot);
-    let (sources, files) = files::read_dir(&profiles_dir, reuse.as_ref(), &limits, &mut errors);
+    let (sources, files) = match (source, &profiles_dir) {
+        (ProfileSource::Remote(remote), _) => {
+            files::read_remote(remote, reuse.as_ref(), &limits, &mut errors)
+        }
+        (_, Some(dir)) => files::read_dir(dir, reuse.as_ref(), &limits, &mut errors),
+        (_, None) => Default::default(),
+    };
     let reused = sources.iter().any(|s| matches!(s.doc, Doc::Reused(_)));
     let prev = previous.map_or(&[][..], |p| p.profiles.as_slice());
     let (mut profiles, origin_doc) =
@@ -165,7 +235,9 @@ fn load_with(
         return Err(Failed { errors: ConfigErrors(errors), reused });
     }
     let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
-    let parts = Parts { listen, zones, world: Arc::new(world), cookies, rate_limit, dnstap };
+    let cluster = cluster.map(Arc::new);
+    let parts =
+        Parts { listen, zones, world: Arc::new(world), cookies, rate_limit, dnstap, cluster };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
@@ -190,6 +262,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         cookies: prev.cookies,
         rate_limit: prev.rate_limit.clone(),
         dnstap: prev.dnstap.clone(),
+        cluster: prev.cluster.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -204,12 +277,13 @@ struct Parts {
     cookies: crate::wire::cookie::Secrets,
     rate_limit: Option<crate::model::snapshot::RateLimit>,
     dnstap: Option<crate::model::snapshot::Dnstap>,
+    cluster: Option<Arc<ClusterSettings>>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
 /// then the whole.
 fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
-    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap } = parts;
+    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster } = parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     geographic::compile(&world, &mut profiles);
@@ -219,6 +293,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.cookies = cookies;
     snapshot.rate_limit = rate_limit;
     snapshot.dnstap = dnstap;
+    snapshot.cluster = cluster;
     snapshot
 }
 

@@ -44,12 +44,73 @@ pub struct RawServer {
     pub latency: Option<RawLatency>,
     pub topology: Option<RawTopology>,
     /// The profiles directory (default `profiles/`): every `*.yaml` and `*.yml` file
-    /// directly in it is read, in name order.
+    /// directly in it is read, in name order. `etcd`: the profiles are the keys under
+    /// `<cluster.etcd.prefix>profiles/` (a directory named `etcd` is `./etcd`).
     pub profiles: Option<Loc<String>>,
+    /// Several replicas sharing profiles, health views and overrides through etcd.
+    pub cluster: Option<RawCluster>,
     // Size limits of the files a load reads.
     pub limits: Option<RawLimits>,
     /// Where run-time overrides (drain, weight) are kept.
     pub state_file: Option<Loc<String>>,
+}
+
+/// `cluster:`. A change of any key needs a restart.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Cluster")]
+pub struct RawCluster {
+    /// This replica's name among the replicas (default the host name): letters, digits,
+    /// `-`, `_` and `.`, at most 63 characters.
+    pub node: Option<Loc<String>>,
+    pub etcd: Loc<RawEtcd>,
+    pub health: Option<RawClusterHealth>,
+    /// How long this replica's registration and health views outlive it: 2s..10m
+    /// (default 10s). It renews them every third of that.
+    #[schemars(with = "Option<DurationText>")]
+    pub lease: Option<Loc<String>>,
+    /// The copy of the profiles last applied from etcd, from which a replica starts while
+    /// etcd is down (default `cluster-cache.json` next to this file).
+    pub cache_file: Option<Loc<String>>,
+}
+
+/// `cluster.etcd:`: how to reach etcd.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Etcd")]
+pub struct RawEtcd {
+    /// `http://HOST:PORT` or `https://HOST:PORT` of etcd's client URLs: at least one.
+    pub endpoints: Loc<Vec<Loc<String>>>,
+    /// Every key starts with it (default `/steerdns/`); ends with `/`.
+    pub prefix: Option<Loc<String>>,
+    pub tls: Option<Loc<RawEtcdTls>>,
+    /// etcd user name; needs `password_file`.
+    pub username: Option<Loc<String>>,
+    /// File holding the etcd user's password (surrounding white space ignored).
+    pub password_file: Option<Loc<String>>,
+}
+
+/// `cluster.etcd.tls:`: PEM files.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "EtcdTls")]
+pub struct RawEtcdTls {
+    /// The CA certificates etcd's server certificate must chain to.
+    pub ca: Loc<String>,
+    /// Client certificate; needs `key`.
+    pub cert: Option<Loc<String>>,
+    /// The client certificate's private key; needs `cert`.
+    pub key: Option<Loc<String>>,
+}
+
+/// `cluster.health:`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "ClusterHealth")]
+pub struct RawClusterHealth {
+    /// How many fresh vantage points must see an endpoint failing to fail it over: `any`,
+    /// `majority` (more than half; the default), `all`, or `N%` (at least N percent).
+    pub quorum: Option<Loc<String>>,
 }
 
 /// `listen:`. A change of any key needs a restart.

@@ -4,6 +4,7 @@
 //! never changed after a load (statuses and counters are atomics). `events` is the one part
 //! outside the snapshot: the recent status changes and operator actions.
 
+pub mod cluster;
 pub mod counters;
 pub mod dnssec;
 pub mod events;

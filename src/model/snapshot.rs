@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cluster::ClusterSettings;
 use super::counters::QueryCounters;
 use super::health::HealthTable;
 use super::presigned::Presigned;
@@ -143,6 +144,8 @@ pub struct Snapshot {
     pub signatures: Presigned,
     /// Query logging in dnstap; `None`: off.
     pub dnstap: Option<Dnstap>,
+    /// `cluster:`; `None`: a replica on its own.
+    pub cluster: Option<Arc<ClusterSettings>>,
 }
 
 impl Snapshot {
@@ -158,6 +161,7 @@ impl Snapshot {
         let cookies = Secrets::of_this_process();
         let rate_limit = None;
         let dnstap = None;
+        let cluster = None;
         Snapshot {
             generation: 0,
             listen,
@@ -171,6 +175,7 @@ impl Snapshot {
             rate_limit,
             signatures: Presigned::default(),
             dnstap,
+            cluster,
         }
     }
 

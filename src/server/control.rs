@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use super::cluster::Session;
 use super::dnstap::Stats as DnstapStats;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::rrl::Limiter;
@@ -40,6 +41,8 @@ pub struct Control {
     pub events: Arc<Events>,
     /// The counts of the dnstap writer, when `log.dnstap` was set at startup.
     pub dnstap: Option<Arc<DnstapStats>>,
+    /// The session with etcd, when `cluster:` is set.
+    pub cluster: Option<Arc<Session>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -74,6 +77,7 @@ impl Control {
         prober: Arc<Prober>,
         events: Arc<Events>,
         dnstap: Option<Arc<DnstapStats>>,
+        cluster: Option<Arc<Session>>,
     ) -> Control {
         let Loaded { snapshot, cache, dropped } = first;
         let control = Control {
@@ -86,6 +90,7 @@ impl Control {
             next_key_change: watch::Sender::new(cache.keys.next_change),
             events,
             dnstap,
+            cluster,
             reloading: Mutex::new(Reloading { cache, retiring: None }),
         };
         let state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());
@@ -239,8 +244,9 @@ impl Control {
         self.running.listen.admin.is_some_and(|a| a.ip().is_loopback())
     }
 
-    /// The profiles directory of the running configuration.
-    pub fn profiles_dir(&self) -> PathBuf {
+    /// The profiles directory of the running configuration; `None` when the profiles come
+    /// from etcd.
+    pub fn profiles_dir(&self) -> Option<PathBuf> {
         self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.profiles_dir.clone()
     }
 

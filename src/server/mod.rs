@@ -7,6 +7,7 @@
 //! `admin` serves the HTTP API, and `dnstap` writes the query log.
 
 pub mod admin;
+pub mod cluster;
 pub mod conns;
 pub mod control;
 pub mod dnstap;
@@ -46,6 +47,8 @@ pub enum ServerError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error(transparent)]
     Dnstap(#[from] dnstap::DnstapError),
+    #[error(transparent)]
+    Cluster(#[from] cluster::etcd::EtcdError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -69,10 +72,16 @@ impl Server {
     pub async fn start(config_path: &Path) -> Result<Server, ServerError> {
         // Off the runtime's threads, so that signals are still handled while it loads.
         let path = config_path.to_path_buf();
-        let loaded = match tokio::task::spawn_blocking(move || config::load(&path, None)).await {
-            Ok(loaded) => loaded?,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        let settings = blocking(move || config::cluster_settings(&path)).await?;
+        let session = match settings {
+            Some(s) => {
+                let client = cluster::etcd::connect(&s.etcd).await?;
+                Some(cluster::Session::new(Arc::new(s), client))
+            }
+            None => None,
         };
+        let path = config_path.to_path_buf();
+        let loaded = blocking(move || config::load(&path, None)).await?;
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
         let tap = loaded.snapshot.dnstap.as_ref().map(Tap::start).transpose()?;
@@ -81,8 +90,14 @@ impl Server {
         let events = Arc::new(Events::default());
         let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone(), events.clone()));
         let dnstap_stats = tap.as_ref().map(Tap::stats);
-        let control =
-            Arc::new(Control::new(config_path.to_path_buf(), loaded, prober, events, dnstap_stats));
+        let control = Arc::new(Control::new(
+            config_path.to_path_buf(),
+            loaded,
+            prober,
+            events,
+            dnstap_stats,
+            session.clone(),
+        ));
         let mut server = Server {
             control,
             dns_addrs: Vec::new(),
@@ -104,6 +119,9 @@ impl Server {
             return Err(e);
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
+        if let Some(session) = session {
+            server.tasks.spawn(session.run(server.cancel.clone()));
+        }
         server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
             Ok(w) => Some(w),
             Err(e) => {
@@ -363,5 +381,13 @@ impl Signals {
                 }
             }
         }
+    }
+}
+
+/// Runs `f` on the blocking pool and waits for it, passing a panic on.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }

@@ -27,7 +27,7 @@ pub fn spawn(
 ) -> notify::Result<RecommendedWatcher> {
     let watched = Watched {
         config: absolute(&control.config_path),
-        profiles: absolute(&control.profiles_dir()),
+        profiles: control.profiles_dir().map(|d| absolute(&d)),
         key_dirs: control.key_dirs().iter().map(|d| absolute(d)).collect(),
     };
     let (tx, rx) = mpsc::unbounded_channel();
@@ -41,12 +41,16 @@ pub fn spawn(
             let _ = tx.send(());
         }
     })?;
-    watcher.watch(&profiles, RecursiveMode::NonRecursive)?;
+    if let Some(profiles) = &profiles {
+        watcher.watch(profiles, RecursiveMode::NonRecursive)?;
+    }
     let parent = config.parent();
     if let Some(parent) = parent {
         watcher.watch(parent, RecursiveMode::NonRecursive)?;
     }
-    for dir in key_dirs.iter().filter(|d| Some(d.as_path()) != parent && **d != profiles) {
+    for dir in
+        key_dirs.iter().filter(|d| Some(d.as_path()) != parent && Some(*d) != profiles.as_ref())
+    {
         // A missing key directory fails the load; a load that succeeds has it.
         if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the key directory; reload with SIGHUP or the API after key changes");
@@ -63,7 +67,8 @@ fn absolute(p: &Path) -> PathBuf {
 /// What a change must touch to cause a reload (absolute paths).
 struct Watched {
     config: PathBuf,
-    profiles: PathBuf,
+    /// `None` when the profiles come from etcd.
+    profiles: Option<PathBuf>,
     key_dirs: Vec<PathBuf>,
 }
 
@@ -80,7 +85,9 @@ impl Watched {
             let yaml = (name.ends_with(".yaml") || name.ends_with(".yml")) && !hidden;
             let key = (name.ends_with(".key") || name.ends_with(".private")) && !hidden;
             let in_key_dir = p.parent().is_some_and(|d| self.key_dirs.iter().any(|k| k == d));
-            *p == self.config || (p.parent() == Some(&self.profiles) && yaml) || (in_key_dir && key)
+            *p == self.config
+                || (p.parent().is_some_and(|d| self.profiles.as_deref() == Some(d)) && yaml)
+                || (in_key_dir && key)
         })
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod daemon;
 pub mod dns;
+pub mod etcd;
 pub mod fixtures;
 pub mod http;
 pub mod named;
@@ -18,6 +19,6 @@ pub mod server;
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
-    daemon::*, dns::*, fixtures::*, http::*, named::*, prometheus::*, reply::*, resolver::*,
-    server::*,
+    daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*, reply::*,
+    resolver::*, server::*,
 };

@@ -133,6 +133,14 @@ pub fn render(control: &Control) -> String {
             value: presigned as f64,
         },
     ];
+    if let Some(session) = &control.cluster {
+        gauges.push(Gauge {
+            name: "steerdns_cluster_connected",
+            help: "1 while this replica renews its etcd lease in time, else 0",
+            labels: vec![],
+            value: if session.connected() { 1.0 } else { 0.0 },
+        });
+    }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));
     gauges.extend(probe_gauges(prober, &states));

@@ -1,0 +1,8 @@
+//! The cluster: several replicas sharing one truth in etcd (`cluster:`). `session` holds
+//! the etcd client, this replica's lease and whether etcd is reachable; `etcd` the reads
+//! and backoff the other parts share.
+
+pub mod etcd;
+pub mod session;
+
+pub use session::Session;
