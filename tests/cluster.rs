@@ -33,3 +33,26 @@ async fn a_replica_reports_whether_it_reaches_etcd() {
     eventually(Duration::from_secs(15), "connected again", async || connected().await == 1.0).await;
     h.stop().await;
 }
+
+#[tokio::test]
+async fn three_replicas_start_and_connect() {
+    let Some(etcd) = Etcd::start() else { return };
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut replicas = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let (yaml, dns, admin) = replica_yaml(i, &etcd.url, "/three/", "");
+        for (name, text) in DEFAULT_PROFILES {
+            std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+            std::fs::write(dir.path().join("profiles").join(name), text).unwrap();
+        }
+        replicas.push(Replica::start(dir.path(), i, &yaml, dns, admin).await);
+    }
+    for r in &replicas {
+        let connected = async || scrape(r.admin, None).await.sum("steerdns_cluster_connected", &[]);
+        eventually(Duration::from_secs(10), "connected", async || connected().await == 1.0).await;
+        let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        sock.connect(r.addr).await.unwrap();
+        let raw = udp_exchange(&sock, &Q::new("www.tm.example.test.", T_A).bytes()).await.unwrap();
+        assert_eq!(Reply::new(raw).rcode(), 0, "{}", r.node);
+    }
+}

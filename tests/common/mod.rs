@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod http;
 pub mod named;
 pub mod prometheus;
+pub mod replicas;
 pub mod reply;
 pub mod resolver;
 pub mod server;
@@ -19,6 +20,6 @@ pub mod server;
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
-    daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*, reply::*,
-    resolver::*, server::*,
+    daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*, replicas::*,
+    reply::*, resolver::*, server::*,
 };

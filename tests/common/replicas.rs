@@ -1,0 +1,165 @@
+//! steerdns replicas as child processes (`steerdns serve`), each on its own 127.0.0.x
+//! address with its own admin port and directory, for the cluster tests. Stderr is
+//! collected line by line; dropping a `Replica` kills it.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::daemon::free_port;
+use super::fixtures::{ZONE_FILE, steerdns_yaml};
+
+/// Longest wait for a replica to start serving, or for a line in its log.
+pub const REPLICA_PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Replica {
+    /// Its DNS address (UDP and TCP).
+    pub addr: SocketAddr,
+    /// Its admin API.
+    pub admin: SocketAddr,
+    /// Its `cluster.node`.
+    pub node: String,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+/// The address of replica `i` (from 0): 127.0.0.(21 + i).
+pub fn replica_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 21 + i as u8)
+}
+
+/// The test `steerdns.yaml` (zone `tm.example.test.`, profiles from `profiles/`) for
+/// replica `i`, named `node-i`, on its own DNS and admin addresses, with `cluster:` on
+/// `etcd_url` under `prefix` and `extra` appended (top-level YAML). Replace the line
+/// `profiles: profiles/` to take profiles from etcd.
+pub fn replica_yaml(
+    i: usize,
+    etcd_url: &str,
+    prefix: &str,
+    extra: &str,
+) -> (String, SocketAddr, SocketAddr) {
+    let ip = replica_ip(i);
+    let dns = free_port(ip);
+    let admin = free_port(ip);
+    let yaml = steerdns_yaml()
+        .replace("127.0.0.1:0", &dns.to_string())
+        .replace("listen:\n", &format!("listen:\n  admin: \"{admin}\"\n"));
+    let cluster = format!(
+        "cluster:\n  node: node-{i}\n  lease: 2s\n  etcd:\n    endpoints: [\"{etcd_url}\"]\n    prefix: {prefix}\n"
+    );
+    (format!("{yaml}{cluster}{extra}"), dns, admin)
+}
+
+impl Replica {
+    /// Writes `yaml` (from `replica_yaml`) and the test zone file into `dir` and starts
+    /// `steerdns serve` there, without waiting.
+    pub fn spawn(dir: &Path, i: usize, yaml: &str, dns: SocketAddr, admin: SocketAddr) -> Replica {
+        std::fs::create_dir_all(dir.join("zones")).unwrap();
+        std::fs::create_dir_all(dir.join("profiles")).unwrap();
+        std::fs::write(dir.join("zones/extra.zone"), ZONE_FILE).unwrap();
+        std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_steerdns"))
+            .args(["--log-format", "json", "serve", "-c"])
+            .arg(dir.join("steerdns.yaml"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn steerdns");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let lines = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(pipe).lines() {
+                let Ok(l) = l else { break };
+                lines.lock().unwrap().push(l);
+            }
+        });
+        Replica {
+            addr: dns,
+            admin,
+            node: format!("node-{i}"),
+            dir: dir.to_path_buf(),
+            child: Some(child),
+            stderr,
+        }
+    }
+
+    /// `spawn`, then waits until it logs "serving".
+    pub async fn start(
+        dir: &Path,
+        i: usize,
+        yaml: &str,
+        dns: SocketAddr,
+        admin: SocketAddr,
+    ) -> Replica {
+        let r = Replica::spawn(dir, i, yaml, dns, admin);
+        r.wait_line("serving", |l| l.contains("\"serving\"")).await;
+        r
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Waits for a log line matching `pred`; panics with the log after
+    /// `REPLICA_PATIENCE` or when the process exits first.
+    pub async fn wait_line(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            if let Some(l) = self.stderr.lock().unwrap().iter().find(|l| pred(l)) {
+                return l.clone();
+            }
+            assert!(
+                started.elapsed() < REPLICA_PATIENCE,
+                "{}: no log line {what} within {REPLICA_PATIENCE:?}:\n{}",
+                self.node,
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the process to exit by itself and returns its exit code.
+    pub async fn wait_exit(&mut self) -> Option<i32> {
+        let started = Instant::now();
+        let child = self.child.as_mut().expect("running");
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                // Let the reader thread take the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return status.code();
+            }
+            assert!(started.elapsed() < REPLICA_PATIENCE, "{} did not exit", self.node);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: nothing is cleaned up (its lease expires by itself).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
