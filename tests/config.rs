@@ -191,6 +191,73 @@ fn server_file_errors_are_located() {
 }
 
 #[test]
+fn cluster_errors_are_located() {
+    let zone = "zones:\n  - origin: tm.example.test.\n    ns: [ns1.example.test.]\n    soa: { rname: h.example.test. }\n";
+    let etcd = "  etcd:\n    endpoints: [\"http://127.0.0.1:2379\"]\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("profiles: etcd\n".into(), "steerdns.yaml:5:11", "needs a cluster: block"),
+        (format!("cluster:\n  node: \"a b\"\n{etcd}"), "steerdns.yaml:6:9", "node name"),
+        (
+            "cluster:\n  etcd:\n    endpoints: [\"127.0.0.1:2379\"]\n".into(),
+            "steerdns.yaml:7:17",
+            "must be http://HOST:PORT",
+        ),
+        ("cluster:\n  etcd:\n    endpoints: []\n".into(), "steerdns.yaml:7:16", "at least one URL"),
+        (
+            format!("cluster:\n{etcd}    prefix: steerdns\n"),
+            "steerdns.yaml:8:13",
+            "must start and end with '/'",
+        ),
+        (
+            format!("cluster:\n{etcd}  health:\n    quorum: most\n"),
+            "steerdns.yaml:9:13",
+            "not one of any, majority, all or N%",
+        ),
+        (format!("cluster:\n{etcd}  lease: 1s\n"), "steerdns.yaml:8:10", "between 2s and 10m"),
+        (
+            format!("cluster:\n{etcd}    username: u\n"),
+            "steerdns.yaml:8:15",
+            "needs password_file",
+        ),
+        (
+            format!("cluster:\n{etcd}    username: u\n    password_file: nope\n"),
+            "steerdns.yaml:9:20",
+            "cannot read the etcd password",
+        ),
+        (
+            "cluster:\n  etcd:\n    endpoints: [\"https://127.0.0.1:2379\"]\n".into(),
+            "steerdns.yaml:7:16",
+            "need cluster.etcd.tls.ca",
+        ),
+        (
+            format!("cluster:\n{etcd}    tls: {{ ca: ca.pem }}\n"),
+            "steerdns.yaml:8:10",
+            "every endpoint to be https://",
+        ),
+        (
+            "cluster:\n  etcd:\n    endpoints: [\"https://h:1\"]\n    tls: { ca: ca.pem, cert: c.pem }\n"
+                .into(),
+            "steerdns.yaml:8:30",
+            "tls.cert needs key",
+        ),
+    ];
+    for (i, (tail, at, msg)) in cases.iter().enumerate() {
+        let errors =
+            errors_of(&format!("{zone}{tail}"), "name: www\nrouting: priority\nendpoints: []\n");
+        assert!(
+            errors.iter().any(|e| e.starts_with(&format!("{at}: ")) && e.contains(msg)),
+            "case {i}: want {at}: ..{msg}.., got {errors:#?}"
+        );
+    }
+    // A valid block loads, with profiles still from the directory.
+    let ok = format!("{zone}cluster:\n  node: ams-1\n{etcd}  health:\n    quorum: 50%\n");
+    assert_eq!(
+        errors_of(&ok, "name: www\nrouting: priority\nendpoints: []\n"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
 fn relative_names_need_exactly_one_zone() {
     let two = format!(
         "{SERVER}  - origin: other.test.\n    ns: [ns1.other.test.]\n    soa: {{ rname: h.other.test. }}\n"

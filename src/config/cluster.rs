@@ -135,6 +135,11 @@ fn etcd(sink: &mut Sink<'_>, c: &RawCluster, base: &Path) -> EtcdSettings {
     if tls_needed && tls.is_none() {
         sink.on(&e.endpoints, "https etcd endpoints need cluster.etcd.tls.ca");
     }
+    if let Some(t) =
+        e.tls.as_ref().filter(|_| e.endpoints.value.iter().any(|u| u.value.starts_with("http://")))
+    {
+        sink.on(t, "cluster.etcd.tls needs every endpoint to be https://");
+    }
     let auth = match (&e.username, &e.password_file) {
         (Some(user), Some(file)) => {
             let path = base.join(&file.value);
