@@ -85,6 +85,10 @@ pub struct ReloadCache {
     /// The overrides this load applied. Without a state file, the next load applies them
     /// again; with one, it reads the file.
     pub overrides: Overrides,
+    /// In a cluster, once read from etcd: every override etcd holds, including those this
+    /// configuration cannot apply (another replica's may). Every later load applies these
+    /// instead of the state file's, which is then only their local copy.
+    pub shared_overrides: Option<Overrides>,
 }
 
 /// The configuration a reload replaces.
@@ -192,8 +196,10 @@ fn load_with(
         }
         _ => (!from_etcd).then_some(profiles_dir),
     };
-    // The state file when there is one; the overrides in memory when there is none, or
-    // when it does not exist yet (the server then writes it).
+    // The overrides shared through etcd once they were read; else the state file when
+    // there is one; the overrides in memory when there is none, or when it does not exist
+    // yet (the server then writes it).
+    let shared_overrides = previous.and_then(|p| p.cache.shared_overrides.clone());
     let state_file = raw.state_file.as_ref().map(|f| base.join(&f.value));
     let from_file = match (&raw.state_file, &state_file) {
         (Some(key), Some(state)) => {
@@ -201,14 +207,20 @@ fn load_with(
             if let Some(dir) = &profiles_dir {
                 state_file_place(&mut sink, key, state, dir);
             }
-            overrides::read(state).unwrap_or_else(|e| {
-                errors.push(e);
-                Some(Overrides::default())
-            })
+            if shared_overrides.is_some() {
+                None
+            } else {
+                overrides::read(state).unwrap_or_else(|e| {
+                    errors.push(e);
+                    Some(Overrides::default())
+                })
+            }
         }
         _ => None,
     };
-    let overrides = from_file
+    let overrides = shared_overrides
+        .clone()
+        .or(from_file)
         .unwrap_or_else(|| previous.map(|p| p.cache.overrides.clone()).unwrap_or_default());
     let dnstap =
         dnstap::build(&mut Sink { file: path, errors: &mut errors }, raw.log.as_ref(), &base);
@@ -243,7 +255,8 @@ fn load_with(
     if let Some(d) = dropping {
         let _ = d.join();
     }
-    let cache = ReloadCache { profiles_dir, keys, files, state_file, overrides: kept };
+    let cache =
+        ReloadCache { profiles_dir, keys, files, state_file, overrides: kept, shared_overrides };
     Ok(Loaded { snapshot, cache, dropped })
 }
 

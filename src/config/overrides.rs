@@ -2,7 +2,8 @@
 //! them through the admin API. They are an input of every load: `apply` puts them on the
 //! built profiles before anything is derived from `enabled` and `weight`, so routing sees
 //! a drained endpoint exactly as a disabled one. They live in the state file
-//! (`state_file:`), read at every load and rewritten whole on every change.
+//! (`state_file:`), read at every load and rewritten whole on every change; in a cluster,
+//! in etcd, with the state file as the local copy a start reads while etcd is unreachable.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -23,7 +24,7 @@ pub const STATE_FILE_LIMIT: Limit =
 const VERSION: u32 = 1;
 
 /// The overrides of one endpoint.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Override {
     pub drained: bool,
     pub weight: Option<u32>,
@@ -70,7 +71,7 @@ impl Overrides {
 
 /// Part of an override that a load could not apply: its profile or endpoint is gone, or
 /// the profile's routing method no longer takes that weight.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Dropped {
     pub profile: String,
     pub endpoint: String,

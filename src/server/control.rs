@@ -1,23 +1,27 @@
 //! The one seam that owns shared state: the current snapshot (an `ArcSwap` the query path
-//! loads without locking), the prober, the metrics totals, the event list, and the two
+//! loads without locking), the prober, the metrics totals, the event list, and the
 //! procedures that swap in a new snapshot: the reload every trigger uses (file watcher,
-//! SIGHUP and the admin API alike), and a change of run-time overrides.
+//! SIGHUP and the admin API alike), a change of run-time overrides, and in a cluster the
+//! overrides etcd holds.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::cluster::Session;
+use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
 use super::dnstap::Stats as DnstapStats;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::rrl::Limiter;
 use super::totals::Totals;
-use crate::config::overrides::{check_weight, save};
-use crate::config::{self, ConfigErrors, Dropped, Loaded, Previous, ReloadCache};
+use crate::config::overrides::save;
+use crate::config::{self, ConfigErrors, Dropped, Loaded, Overrides, Previous, ReloadCache};
 use crate::model::events::Events;
 use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
@@ -43,6 +47,9 @@ pub struct Control {
     pub dnstap: Option<Arc<DnstapStats>>,
     /// The session with etcd, when `cluster:` is set.
     pub cluster: Option<Arc<Session>>,
+    /// The etcd revision up to which the overrides etcd holds are applied here (0 before
+    /// the first read), so that a change made here answers once it applies here.
+    shared_revision: watch::Sender<i64>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -66,6 +73,9 @@ struct Reloading {
     cache: ReloadCache,
     /// The thread freeing the snapshot the last reload replaced.
     retiring: Option<JoinHandle<()>>,
+    /// The overrides the last load or rebuild could not apply. In a cluster they stay in
+    /// etcd and come back at every load: each is reported once, not at every load.
+    dropped: Vec<Dropped>,
 }
 
 impl Control {
@@ -91,10 +101,11 @@ impl Control {
             events,
             dnstap,
             cluster,
-            reloading: Mutex::new(Reloading { cache, retiring: None }),
+            shared_revision: watch::Sender::new(0),
+            reloading: Mutex::new(Reloading { cache, retiring: None, dropped: Vec::new() }),
         };
-        let state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        control.report_dropped(&state.cache, &dropped, "startup");
+        let mut state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        control.report_dropped(&mut state, dropped, "startup");
         drop(state);
         control
     }
@@ -131,7 +142,7 @@ impl Control {
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
         self.swap(&mut state, current, next, cache);
-        self.report_dropped(&state.cache, &dropped, trigger);
+        self.report_dropped(&mut state, dropped, trigger);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             trigger,
@@ -164,19 +175,29 @@ impl Control {
     /// Logs and records the overrides a load could not apply, and writes the state file
     /// without them. Also writes a state file that did not exist yet while overrides are
     /// kept in memory (`state_file:` was just set): they are not lost at the next restart.
-    fn report_dropped(&self, cache: &ReloadCache, dropped: &[Dropped], trigger: &str) {
-        for d in dropped {
+    /// In a cluster the overrides stay in etcd (another replica may apply them), so an
+    /// override the last load dropped already is not reported again, and the state file is
+    /// left to `apply_shared_overrides`.
+    fn report_dropped(&self, state: &mut Reloading, dropped: Vec<Dropped>, trigger: &str) {
+        let shared = self.cluster.is_some();
+        for d in &dropped {
+            if shared && state.dropped.contains(d) {
+                continue;
+            }
             let reason = overrides::dropped_reason(d);
             tracing::warn!(trigger, profile = %d.profile, endpoint = %d.endpoint, reason, "run-time override dropped");
             self.events.record(overrides::dropped_event(d));
         }
-        let Some(path) = &cache.state_file else { return };
-        let missing = !cache.overrides.is_empty() && !path.exists();
-        if (!dropped.is_empty() || missing)
-            && let Err(e) = save(path, &cache.overrides)
-        {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
+        let cache = &state.cache;
+        if let Some(path) = cache.state_file.as_ref().filter(|_| !shared) {
+            let missing = !cache.overrides.is_empty() && !path.exists();
+            if (!dropped.is_empty() || missing)
+                && let Err(e) = save(path, &cache.overrides)
+            {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
+            }
         }
+        state.dropped = dropped;
     }
 
     /// Applies one operator change to `endpoint` of profile `profile`: checked against the
@@ -196,16 +217,7 @@ impl Control {
         }
         let current = self.shared.load_full();
         let started = std::time::Instant::now();
-        let id = current
-            .profile_by_name(profile)
-            .ok_or_else(|| OverrideError::NoProfile(profile.to_string()))?;
-        let p = &current.profiles[id];
-        let ep = p.endpoints.iter().find(|e| e.name == endpoint).ok_or_else(|| {
-            OverrideError::NoEndpoint { profile: p.name.clone(), endpoint: endpoint.to_string() }
-        })?;
-        if let Change::Weight(w) = change {
-            check_weight(p.method, w).map_err(OverrideError::Weight)?;
-        }
+        let (p, ep) = overrides::check(&current, profile, endpoint, change)?;
         let before = state.cache.overrides.get(&p.name, endpoint);
         let after = change.apply(before);
         let done = OverrideState {
@@ -238,6 +250,98 @@ impl Control {
         Ok(done)
     }
 
+    /// Applies the overrides etcd holds as of `revision` (`cluster::overrides` reads them):
+    /// a rebuild of the running configuration, as for a change made here, when they differ
+    /// from those applied. Each endpoint whose overrides changed gets its log line and
+    /// event, by the author etcd names (`authors`); the state file, when there is one, gets
+    /// a copy of them all for a start while etcd is unreachable.
+    pub fn apply_shared_overrides(&self, next: Overrides, authors: &Authors, revision: i64) {
+        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        if state.cache.shared_overrides.as_ref() != Some(&next) {
+            if let Some(previous) = state.retiring.take() {
+                let _ = previous.join();
+            }
+            let before = state.cache.shared_overrides.take();
+            let before = before.unwrap_or_else(|| state.cache.overrides.clone());
+            state.cache.shared_overrides = Some(next.clone());
+            let targets: BTreeSet<(String, String)> = (before.iter().chain(next.iter()))
+                .filter(|&(p, e, _)| before.get(p, e) != next.get(p, e))
+                .map(|(p, e, _)| (p.to_string(), e.to_string()))
+                .collect();
+            if !targets.is_empty() {
+                self.rebuild_shared(&mut state, &next, &targets, authors);
+            }
+            if let Some(path) = &state.cache.state_file
+                && let Err(e) = save(path, &next)
+            {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
+            }
+        }
+        self.shared_revision.send_if_modified(|r| {
+            let newer = revision > *r;
+            *r = (*r).max(revision);
+            newer
+        });
+    }
+
+    /// The rebuild of `apply_shared_overrides`, and the log lines and events of what it
+    /// changed at `targets` (what could not apply is reported as dropped instead).
+    fn rebuild_shared(
+        &self,
+        state: &mut Reloading,
+        next: &Overrides,
+        targets: &BTreeSet<(String, String)>,
+        authors: &Authors,
+    ) {
+        let started = std::time::Instant::now();
+        let current = self.shared.load_full();
+        let previous = Previous { snapshot: &current, cache: &state.cache };
+        let Loaded { snapshot, cache, dropped } = config::rebuild(previous, next);
+        let endpoint = |s: &Snapshot, p: &str, e: &str| {
+            let id = s.profile_by_name(&WireName::parse(p).ok()?)?;
+            s.profiles[id].endpoints.iter().find(|ep| ep.name == e).cloned()
+        };
+        let mut changes = Vec::new();
+        for (p, e) in targets {
+            let (Some(old), Some(new)) = (endpoint(&current, p, e), endpoint(&snapshot, p, e))
+            else {
+                continue;
+            };
+            let before = config::Override { drained: old.drained, weight: old.weight_override };
+            let after = config::Override { drained: new.drained, weight: new.weight_override };
+            let by = authors.get(&(p.clone(), e.clone())).map_or(UNKNOWN_AUTHOR, String::as_str);
+            let done = OverrideState {
+                profile: p.clone(),
+                endpoint: e.clone(),
+                drained: after.drained,
+                weight_override: after.weight,
+            };
+            for change in Change::between(before, after) {
+                changes.push((change, done.clone(), (old.weight, new.weight), by.to_string()));
+            }
+        }
+        let generation = snapshot.generation;
+        self.swap(state, current, snapshot, cache);
+        for (change, done, weights, by) in changes {
+            overrides::log(change, &done, weights, &by);
+            self.events.record(overrides::event(change, &done, weights, &by));
+        }
+        self.report_dropped(state, dropped, "etcd");
+        tracing::debug!(
+            generation,
+            took_ms = started.elapsed().as_millis() as u64,
+            "overrides from etcd applied"
+        );
+    }
+
+    /// Waits until the overrides etcd holds are applied here up to `revision`, at most
+    /// `limit`; whether they are.
+    pub async fn wait_shared_overrides(&self, revision: i64, limit: Duration) -> bool {
+        let mut applied = self.shared_revision.subscribe();
+        let reached = applied.wait_for(|r| *r >= revision);
+        matches!(tokio::time::timeout(limit, reached).await, Ok(Ok(_)))
+    }
+
     /// Whether the admin API listens on a loopback address (what a change is recorded as
     /// made by when the API has no token).
     pub fn admin_is_loopback(&self) -> bool {
@@ -248,6 +352,11 @@ impl Control {
     /// from etcd.
     pub fn profiles_dir(&self) -> Option<PathBuf> {
         self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.profiles_dir.clone()
+    }
+
+    /// `state_file:` of the running configuration.
+    pub fn state_file(&self) -> Option<PathBuf> {
+        self.reloading.lock().unwrap_or_else(|e| e.into_inner()).cache.state_file.clone()
     }
 
     /// The key directories of the running configuration.

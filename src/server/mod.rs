@@ -108,6 +108,13 @@ impl Server {
             tap,
             _watcher: None,
         };
+        // The overrides other replicas set apply before this one answers a query.
+        let follower = match &session {
+            Some(s) => {
+                Some(cluster::overrides::Follower::start(server.control.clone(), s.clone()).await)
+            }
+            None => None,
+        };
         match presign::spawn(server.control.shared.clone(), server.cancel.clone()) {
             Ok(t) => server.threads.push(t),
             Err(e) => {
@@ -121,6 +128,9 @@ impl Server {
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
             server.tasks.spawn(session.run(server.cancel.clone()));
+        }
+        if let Some(follower) = follower {
+            server.tasks.spawn(follower.run(server.cancel.clone()));
         }
         server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
             Ok(w) => Some(w),

@@ -1,11 +1,15 @@
 //! Run-time overrides as the admin API changes them: what each change does to an
 //! endpoint's overrides, what can go wrong, and the event and log line a change leaves.
-//! `Control::change_override` applies them.
+//! `Control::change_override` applies them; in a cluster `cluster::overrides` writes them
+//! to etcd and `Control::apply_shared_overrides` applies what etcd holds.
 
 use std::path::PathBuf;
 
+use crate::config::overrides::check_weight;
 use crate::config::{Dropped, Override};
 use crate::model::events::{Event, Kind};
+use crate::model::{Endpoint, Profile, Snapshot};
+use crate::wire::name::WireName;
 
 /// One operator action on one endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +29,19 @@ impl Change {
             Change::Weight(w) => Override { weight: Some(w), ..o },
             Change::ClearWeight => Override { weight: None, ..o },
         }
+    }
+
+    /// The changes that turn `before` into `after`: at most one for the drain and one for
+    /// the weight (a hand edit in etcd can change both at once).
+    pub fn between(before: Override, after: Override) -> Vec<Change> {
+        let mut out = Vec::new();
+        if before.drained != after.drained {
+            out.push(if after.drained { Change::Drain } else { Change::Undrain });
+        }
+        if before.weight != after.weight {
+            out.push(after.weight.map_or(Change::ClearWeight, Change::Weight));
+        }
+        out
     }
 
     pub fn kind(self) -> Kind {
@@ -48,6 +65,36 @@ pub enum OverrideError {
     Weight(String),
     #[error("cannot write the state file {}: {source}; nothing was changed", path.display())]
     Save { path: PathBuf, source: std::io::Error },
+    #[error(
+        "etcd did not take the change ({0}); replicas share overrides through etcd, so none \
+         can change while it is unreachable"
+    )]
+    Unavailable(String),
+    #[error(
+        "the endpoint's overrides kept changing in etcd meanwhile; nothing was changed, try again"
+    )]
+    Contended,
+}
+
+/// The profile and endpoint `change` is about in `snapshot`, once it is known to apply
+/// there: both exist, and a weight is one the profile's routing method takes.
+pub fn check<'a>(
+    snapshot: &'a Snapshot,
+    profile: &WireName,
+    endpoint: &str,
+    change: Change,
+) -> Result<(&'a Profile, &'a Endpoint), OverrideError> {
+    let id = snapshot
+        .profile_by_name(profile)
+        .ok_or_else(|| OverrideError::NoProfile(profile.to_string()))?;
+    let p = &snapshot.profiles[id];
+    let ep = p.endpoints.iter().find(|e| e.name == endpoint).ok_or_else(|| {
+        OverrideError::NoEndpoint { profile: p.name.clone(), endpoint: endpoint.to_string() }
+    })?;
+    if let Change::Weight(w) = change {
+        check_weight(p.method, w).map_err(OverrideError::Weight)?;
+    }
+    Ok((p, ep))
 }
 
 /// An endpoint's overrides once a change is done, as the admin API answers them.
@@ -118,6 +165,21 @@ mod tests {
         ];
         for (change, before, after) in cases {
             assert_eq!(change.apply(before), after, "{change:?} on {before:?}");
+        }
+    }
+
+    #[test]
+    fn changes_between_two_overrides() {
+        let o = |drained, weight| Override { drained, weight };
+        let cases = [
+            (o(false, None), o(false, None), vec![]),
+            (o(false, None), o(true, None), vec![Change::Drain]),
+            (o(true, Some(2)), o(false, Some(2)), vec![Change::Undrain]),
+            (o(false, Some(2)), o(false, Some(5)), vec![Change::Weight(5)]),
+            (o(true, Some(2)), o(false, None), vec![Change::Undrain, Change::ClearWeight]),
+        ];
+        for (before, after, want) in cases {
+            assert_eq!(Change::between(before, after), want, "{before:?} -> {after:?}");
         }
     }
 

@@ -27,6 +27,8 @@ pub struct Etcd {
 
 impl Etcd {
     /// A running etcd, or `None` when the `etcd` binary is missing (the caller skips).
+    /// With `STEERDNS_REQUIRE_ETCD=1` (CI sets it) a missing etcd fails the test instead,
+    /// so that the cluster tests cannot be skipped there unnoticed.
     pub fn start() -> Option<Etcd> {
         Etcd::start_with(&[])
     }
@@ -34,6 +36,11 @@ impl Etcd {
     /// As `start`, with more command-line flags (`--max-request-bytes=…`).
     pub fn start_with(extra: &[&str]) -> Option<Etcd> {
         let Some(bin) = find_binary("etcd") else {
+            let required = std::env::var_os("STEERDNS_REQUIRE_ETCD").is_some_and(|v| v == "1");
+            assert!(
+                !required,
+                "etcd is not installed (Debian package etcd-server) and STEERDNS_REQUIRE_ETCD=1"
+            );
             eprintln!("skipping: etcd is not installed (Debian package etcd-server)");
             return None;
         };

@@ -1,6 +1,7 @@
 //! `POST .../endpoints/{endpoint}/drain` and `/undrain`, `PUT` and `DELETE
 //! .../endpoints/{endpoint}/weight`: run-time overrides of one endpoint, made by the
-//! caller's token name (see `Control::change_override`).
+//! caller's token name (see `Control::change_override`; in a cluster,
+//! `cluster::overrides::change`).
 
 use axum::Extension;
 use axum::Json;
@@ -13,6 +14,7 @@ use serde_json::json;
 
 use super::{Caller, Shared, error};
 use crate::responder::explain;
+use crate::server::cluster;
 use crate::server::overrides::{Change, OverrideError};
 use crate::wire::name::WireName;
 
@@ -69,12 +71,20 @@ async fn change(c: Shared, by: Caller, Path((name, endpoint)): Target, change: C
         Ok(n) => WireName::from_name(&n),
         Err(_) => return error(StatusCode::BAD_REQUEST, format!("invalid profile name {name:?}")),
     };
-    // A rebuild of a large configuration takes a while: off the runtime's threads.
-    let control = c.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        control.change_override(&abs, &endpoint, change, &by.0)
-    })
-    .await;
+    let done = match c.cluster.clone() {
+        // Replicas share overrides: the change goes to etcd, and applies from there.
+        Some(session) => {
+            Ok(cluster::overrides::change(&c, &session, &abs, &endpoint, change, &by.0).await)
+        }
+        None => {
+            // A rebuild of a large configuration takes a while: off the runtime's threads.
+            let control = c.clone();
+            tokio::task::spawn_blocking(move || {
+                control.change_override(&abs, &endpoint, change, &by.0)
+            })
+            .await
+        }
+    };
     match done {
         Ok(Ok(s)) => Json(json!({
             "profile": s.profile,
@@ -90,6 +100,8 @@ async fn change(c: Shared, by: Caller, Path((name, endpoint)): Target, change: C
                 }
                 OverrideError::Weight(_) => StatusCode::BAD_REQUEST,
                 OverrideError::Save { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+                OverrideError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                OverrideError::Contended => StatusCode::CONFLICT,
             };
             error(code, e.to_string())
         }
