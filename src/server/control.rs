@@ -11,13 +11,14 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use super::cluster::Session;
+use super::cluster::{Session, profiles};
 use super::dnstap::Stats as DnstapStats;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::overrides::{check_weight, save};
-use crate::config::{self, ConfigErrors, Dropped, Loaded, Previous, ReloadCache};
+use crate::config::remote::RemoteProfiles;
+use crate::config::{self, ConfigErrors, Dropped, Loaded, Previous, ProfileSource, ReloadCache};
 use crate::model::events::Events;
 use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
@@ -43,6 +44,9 @@ pub struct Control {
     pub dnstap: Option<Arc<DnstapStats>>,
     /// The session with etcd, when `cluster:` is set.
     pub cluster: Option<Arc<Session>>,
+    /// The profiles revision and the generation being served, for this replica's
+    /// registration in etcd.
+    served: watch::Sender<Served>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -66,6 +70,21 @@ struct Reloading {
     cache: ReloadCache,
     /// The thread freeing the snapshot the last reload replaced.
     retiring: Option<JoinHandle<()>>,
+    /// The profiles from etcd the running configuration was loaded with (`profiles:
+    /// etcd`), and the revision it serves.
+    remote: Option<Arc<RemoteProfiles>>,
+    /// The profiles last read from etcd, applied or refused: what every reload loads, so
+    /// that a refused set is taken once `steerdns.yaml` is fixed.
+    latest: Option<Arc<RemoteProfiles>>,
+}
+
+/// What this replica serves, as its registration in etcd says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    /// The profiles revision in etcd (0 when the profiles come from files).
+    pub revision: i64,
+    /// The running configuration's generation.
+    pub generation: u64,
 }
 
 impl Control {
@@ -80,6 +99,7 @@ impl Control {
         cluster: Option<Arc<Session>>,
     ) -> Control {
         let Loaded { snapshot, cache, dropped } = first;
+        let served = Served { revision: 0, generation: snapshot.generation };
         let control = Control {
             config_path,
             running: Running::of(&snapshot),
@@ -91,7 +111,8 @@ impl Control {
             events,
             dnstap,
             cluster,
-            reloading: Mutex::new(Reloading { cache, retiring: None }),
+            served: watch::Sender::new(served),
+            reloading: Mutex::new(Reloading { cache, retiring: None, remote: None, latest: None }),
         };
         let state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());
         control.report_dropped(&state.cache, &dropped, "startup");
@@ -103,10 +124,99 @@ impl Control {
         self.shared.load_full()
     }
 
+    /// The configuration was loaded from `remote` (profiles from etcd): reloads load the
+    /// profiles last read from etcd, starting with these.
+    pub fn with_remote(self, remote: Option<Arc<RemoteProfiles>>) -> Control {
+        let revision = remote.as_ref().map_or(0, |r| r.revision);
+        self.served.send_modify(|s| s.revision = revision);
+        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        state.latest = remote.clone();
+        state.remote = remote;
+        drop(state);
+        self
+    }
+
     /// Loads and validates the whole configuration off the query path, then swaps it in
-    /// at once. On error the running configuration stays and every error is logged.
+    /// at once. On error the running configuration stays and every error is logged. With
+    /// `profiles: etcd`, the profiles are those last read from etcd, as the files on disk
+    /// are for a profiles directory.
     pub fn reload(&self, trigger: &str) -> Result<u64, ConfigErrors> {
         let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        match state.latest.clone() {
+            Some(latest) => {
+                let loaded = self.take_remote(&mut state, trigger, latest, true)?;
+                Ok(loaded.unwrap_or_else(|| self.snapshot().generation))
+            }
+            None => self.reload_locked(&mut state, trigger, None),
+        }
+    }
+
+    /// Takes profiles just read from etcd: a reload with them when their files differ from
+    /// the running ones (`Ok(Some(generation))`); when only the revision moved, the
+    /// revision is recorded without a reload (`Ok(None)`). A refused set leaves the
+    /// running configuration and its revision.
+    pub fn apply_remote(
+        &self,
+        next: Arc<RemoteProfiles>,
+        trigger: &str,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        self.take_remote(&mut state, trigger, next, false)
+    }
+
+    /// `apply_remote`, reloading even when the files did not change when `always`. Each
+    /// revision taken is written to the cache file.
+    fn take_remote(
+        &self,
+        state: &mut Reloading,
+        trigger: &str,
+        next: Arc<RemoteProfiles>,
+        always: bool,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        state.latest = Some(next.clone());
+        let same =
+            state.remote.as_ref().map(|r| (r.revision == next.revision, r.same_files(&next)));
+        let generation = match same {
+            Some((true, true)) if !always => return Ok(None),
+            Some((false, true)) if !always => {
+                tracing::info!(
+                    trigger,
+                    revision = next.revision,
+                    "profiles revision moved without a change of the profiles; nothing to reload"
+                );
+                None
+            }
+            _ => Some(self.reload_locked(state, trigger, Some(&next))?),
+        };
+        if same != Some((true, true)) {
+            if let Some(session) = &self.cluster {
+                profiles::save_cache(&session.settings, &next);
+            }
+            self.served.send_modify(|s| s.revision = next.revision);
+        }
+        state.remote = Some(next);
+        Ok(generation)
+    }
+
+    /// Counts and logs a refused configuration; the running one stays.
+    pub fn refused(&self, trigger: &str, errors: &ConfigErrors) {
+        self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
+        for e in &errors.0 {
+            tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
+        }
+    }
+
+    /// What this replica serves, and every change of it.
+    pub fn served(&self) -> watch::Receiver<Served> {
+        self.served.subscribe()
+    }
+
+    fn reload_locked(
+        &self,
+        state: &mut Reloading,
+        trigger: &str,
+        remote: Option<&RemoteProfiles>,
+    ) -> Result<u64, ConfigErrors> {
         // At most one replaced snapshot is still being freed while the next one is built.
         if let Some(previous) = state.retiring.take() {
             let _ = previous.join();
@@ -114,23 +224,19 @@ impl Control {
         let current = self.shared.load_full();
         let started = std::time::Instant::now();
         let previous = Previous { snapshot: &current, cache: &state.cache };
-        let Loaded { snapshot: next, cache, dropped } = match config::load(
-            &self.config_path,
-            Some(previous),
-        ) {
-            Ok(loaded) => loaded,
-            Err(errors) => {
-                self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
-                for e in &errors.0 {
-                    tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
+        let source = remote.map_or(ProfileSource::AsConfigured, ProfileSource::Remote);
+        let Loaded { snapshot: next, cache, dropped } =
+            match config::load_from(&self.config_path, Some(previous), source) {
+                Ok(loaded) => loaded,
+                Err(errors) => {
+                    self.refused(trigger, &errors);
+                    return Err(errors);
                 }
-                return Err(errors);
-            }
-        };
+            };
         warn_restart_needed(&self.running, &next);
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
-        self.swap(&mut state, current, next, cache);
+        self.swap(state, current, next, cache);
         self.report_dropped(&state.cache, &dropped, trigger);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
@@ -154,7 +260,9 @@ impl Control {
     ) {
         // Probe state moves into the new health table before queries read it.
         self.prober.adopt(&next);
+        let generation = next.generation;
         self.shared.store(Arc::new(next));
+        self.served.send_modify(|s| s.generation = generation);
         self.totals.retire(&current);
         self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
