@@ -311,6 +311,10 @@ async fn pushed_profiles_are_served_alike_and_bad_ones_are_refused() {
 
     let first = cluster.push(&src).await;
     assert_eq!(cluster.stored().await.revision(), first);
+    let config = cluster.config();
+    let (code, out, err) =
+        run_steerdns(&["check".as_ref(), "-c".as_ref(), config.as_os_str()]).await;
+    assert_eq!((code, out.trim()), (Some(0), "ok: 38 profiles, 119 endpoints"), "{err}");
     let mut replicas = Vec::new();
     for i in 0..3 {
         replicas.push(cluster.start(i).await);
@@ -669,6 +673,33 @@ async fn a_replica_reads_everything_again_after_a_compaction() {
     let raw = udp_exchange(&sock, &Q::new(&fq("www"), T_A).bytes()).await.unwrap();
     assert_eq!(Reply::new(raw).single(), "A 192.0.2.130");
     assert_eq!(metric(one.admin, "steerdns_reloads_total").await, 1.0);
+}
+
+#[tokio::test]
+async fn pushes_over_etcds_limits_name_the_flag_to_raise_and_write_nothing() {
+    let Some(etcd) = Etcd::start() else { return };
+    let cluster = Cluster::new(etcd, "/limits/", 1);
+    let work = tempfile::tempdir().unwrap();
+    let profile = |i: usize| {
+        format!(
+            "name: p{i}\nrouting: priority\nendpoints:\n  - {{ name: a, target: 192.0.2.1, always_serve: true }}\n"
+        )
+    };
+    // 130 files: 131 operations with the marker, over the default 128.
+    let many = work.path().join("many");
+    let files = (0..130).map(|i| (format!("p{i:03}.yaml"), profile(i))).collect();
+    write_profiles(&many, &files);
+    let (code, out, err) = cluster.command(&["push", many.to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}\n{err}");
+    assert!(err.contains("--max-txn-ops (default 128) must be at least 131"), "{err}");
+    // One file of 2 MB, over the default 1.5 MiB a request.
+    let big = work.path().join("big");
+    let text: Vec<String> = (0..24_000).map(profile).collect();
+    write_profiles(&big, &[("big.yaml".to_string(), text.join("---\n"))].into());
+    let (code, out, err) = cluster.command(&["push", big.to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}\n{err}");
+    assert!(err.contains("--max-request-bytes (default 1572864) must be at least"), "{err}");
+    assert_eq!(cluster.stored().await.files().count(), 0);
 }
 
 #[tokio::test]

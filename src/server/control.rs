@@ -189,10 +189,10 @@ impl Control {
             _ => Some(self.reload_locked(state, trigger, Some(&next))?),
         };
         if same != Some((true, true)) {
+            self.served.send_modify(|s| s.revision = next.revision);
             if let Some(session) = &self.cluster {
                 profiles::save_cache(&session.settings, &next);
             }
-            self.served.send_modify(|s| s.revision = next.revision);
         }
         state.remote = Some(next);
         Ok(generation)
