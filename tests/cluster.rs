@@ -551,7 +551,7 @@ async fn a_replica_starts_from_its_cache_file_only() {
     // etcd down: with its cache file the replica serves; without one, it says why and exits.
     cluster.etcd.stop();
     one.kill();
-    let one = cluster.start(0).await;
+    let mut one = cluster.start(0).await;
     one.wait_line("the cache warning", |l| l.contains("serving the profiles of the cache file"))
         .await;
     let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -574,6 +574,30 @@ async fn a_replica_starts_from_its_cache_file_only() {
     cluster.etcd.start_again();
     wait_revision(std::slice::from_ref(&one), first).await;
     assert_eq!(metric(one.admin, "steerdns_reloads_total").await, 0.0);
+
+    // Profiles in etcd that do not load at startup: served from the cache file when there
+    // is one, refused with their errors when there is none.
+    let mut client = cluster.client().await;
+    let key = "/cache/profiles/zz-bad.yaml";
+    client.put(key, "name: zz\nrouting: nowhere\nendpoints: []\n", None).await.unwrap();
+    let located = format!("etcd:{key}:2:");
+    one.kill();
+    let one = cluster.start(0).await;
+    one.wait_line("the refusal", |l| {
+        l.contains("profiles in etcd are refused") && l.contains(&located)
+    })
+    .await;
+    one.wait_line("the cache warning", |l| l.contains("until etcd holds profiles that load")).await;
+    assert_eq!(cluster_info(one.admin).await["revision"], first);
+    let mut two = cluster.spawn(1);
+    assert_eq!(two.wait_exit().await, Some(1));
+    let err = two.stderr_text();
+    assert!(err.contains("the profiles in etcd are invalid") && err.contains(&located), "{err}");
+    // Reloads load what etcd holds: refused until the key is gone.
+    assert_eq!(http_post(one.admin, "/api/v1/reload", None).await.status, 422);
+    client.delete(key, None).await.unwrap();
+    let reloads = async || http_post(one.admin, "/api/v1/reload", None).await.status == 200;
+    eventually(SPREAD, "a reload without the bad key", reloads).await;
 
     // A second replica under the same node name: one of the two is registered (the first,
     // unless its lease lapsed meanwhile on a loaded machine), the other says so loudly.

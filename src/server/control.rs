@@ -124,14 +124,17 @@ impl Control {
         self.shared.load_full()
     }
 
-    /// The configuration was loaded from `remote` (profiles from etcd): reloads load the
-    /// profiles last read from etcd, starting with these.
-    pub fn with_remote(self, remote: Option<Arc<RemoteProfiles>>) -> Control {
-        let revision = remote.as_ref().map_or(0, |r| r.revision);
+    /// The configuration was loaded from profiles of etcd: `(applied, latest)`, the ones
+    /// it was loaded with and the ones last read from etcd (which reloads load; not the
+    /// same when etcd's were refused at startup and the cache file's served instead).
+    pub fn with_remote(
+        self,
+        remote: Option<(Arc<RemoteProfiles>, Arc<RemoteProfiles>)>,
+    ) -> Control {
+        let revision = remote.as_ref().map_or(0, |(applied, _)| applied.revision);
         self.served.send_modify(|s| s.revision = revision);
         let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        state.latest = remote.clone();
-        state.remote = remote;
+        (state.remote, state.latest) = remote.map(|(a, l)| (Some(a), Some(l))).unwrap_or_default();
         drop(state);
         self
     }

@@ -87,7 +87,8 @@ impl Server {
         let (loaded, remote, watch_from) = match &session {
             Some(s) if s.settings.profiles_from_etcd => {
                 let started = cluster::profiles::start(config_path, s).await?;
-                (started.loaded, Some(started.applied), Some(started.seen))
+                let remote = Some((started.applied, started.latest));
+                (started.loaded, remote, Some(started.seen))
             }
             _ => {
                 let path = config_path.to_path_buf();

@@ -34,8 +34,8 @@ pub fn replica_ip(i: usize) -> Ipv4Addr {
 
 /// The test `steerdns.yaml` (zone `tm.example.test.`, profiles from `profiles/`) for
 /// replica `i`, named `node-i`, on its own DNS and admin addresses, with `cluster:` on
-/// `etcd_url` under `prefix` and `extra` appended (top-level YAML). Replace the line
-/// `profiles: profiles/` to take profiles from etcd.
+/// `etcd_url` under `prefix` and `extra` appended (top-level YAML). `replica_yaml_etcd`
+/// takes the profiles from etcd instead.
 pub fn replica_yaml(
     i: usize,
     etcd_url: &str,

@@ -178,6 +178,9 @@ pub struct Startup {
     pub loaded: Loaded,
     /// The profiles it serves: from etcd, or from the cache file.
     pub applied: Arc<RemoteProfiles>,
+    /// The profiles last read from etcd (refused ones too), which reloads load; `applied`
+    /// when etcd did not answer.
+    pub latest: Arc<RemoteProfiles>,
     /// What etcd held (`None`: it did not answer); the watch carries on from there.
     pub seen: Option<Seen>,
 }
@@ -213,6 +216,7 @@ pub async fn start(config: &Path, session: &Session) -> Result<Startup, StartErr
     match fetched {
         Ok(seen) => {
             let revision = seen.revision();
+            let mut refused = None;
             let errors = match seen.profiles() {
                 Ok(profiles) => {
                     let profiles = Arc::new(profiles);
@@ -225,9 +229,14 @@ pub async fn start(config: &Path, session: &Session) -> Result<Startup, StartErr
                                 files = profiles.files.len(),
                                 "profiles read from etcd"
                             );
-                            return Ok(Startup { loaded, applied: profiles, seen: Some(seen) });
+                            let latest = profiles.clone();
+                            let seen = Some(seen);
+                            return Ok(Startup { loaded, applied: profiles, latest, seen });
                         }
-                        Err(errors) => errors,
+                        Err(errors) => {
+                            refused = Some(profiles);
+                            errors
+                        }
                     }
                 }
                 Err(errors) => errors,
@@ -243,7 +252,8 @@ pub async fn start(config: &Path, session: &Session) -> Result<Startup, StartErr
                         refused = revision,
                         "serving the profiles of the cache file until etcd holds profiles that load"
                     );
-                    Ok(Startup { loaded, applied, seen: Some(seen) })
+                    let latest = refused.unwrap_or_else(|| applied.clone());
+                    Ok(Startup { loaded, applied, latest, seen: Some(seen) })
                 }
                 Ok(None) => Err(StartError::Refused { cache, errors }),
                 Err(more) => {
@@ -261,7 +271,8 @@ pub async fn start(config: &Path, session: &Session) -> Result<Startup, StartErr
                     revision = applied.revision,
                     "etcd does not answer: serving the profiles of the cache file, and catching up once etcd answers"
                 );
-                Ok(Startup { loaded, applied, seen: None })
+                let latest = applied.clone();
+                Ok(Startup { loaded, applied, latest, seen: None })
             }
             Ok(None) => Err(StartError::Unreachable {
                 endpoints,
