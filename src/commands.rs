@@ -1,18 +1,20 @@
 //! What the CLI subcommands do, kept out of `main.rs` so tests can call them.
 
+pub mod cluster;
 pub mod dnssec;
 
 use std::net::IpAddr;
 use std::path::Path;
 
+use crate::config::ConfigErrors;
 use crate::config::schema::{self, Document};
-use crate::config::{self, ConfigErrors};
 use crate::model::health::Overlay;
 use crate::responder::explain::{self, AllHealthy, Explanation};
 
-/// `steerdns check`: the summary line on success, or every error.
+/// `steerdns check`: the summary line on success, or every error. With `profiles: etcd`
+/// the profiles are read from etcd.
 pub fn check(path: &Path) -> Result<String, ConfigErrors> {
-    let snap = config::load(path, None)?.snapshot;
+    let snap = cluster::load_configured(path)?.snapshot;
     Ok(format!("ok: {} profiles, {} endpoints", snap.profiles.len(), snap.endpoint_count()))
 }
 
@@ -29,7 +31,7 @@ pub fn explain(
     client: IpAddr,
     down: &[String],
 ) -> anyhow::Result<Explanation> {
-    let snap = config::load(path, None)?.snapshot;
+    let snap = cluster::load_configured(path)?.snapshot;
     let name = explain::absolute(&snap, name)?;
     let qtype = explain::parse_type(qtype)?;
     let overrides = explain::down_slots(&snap, down)?;

@@ -68,6 +68,43 @@ enum Command {
         #[command(subcommand)]
         command: DnssecCommand,
     },
+    /// The profiles held in etcd, and the replicas that serve them.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Check a profiles directory, then write it to etcd in one transaction (keys of files
+    /// no longer in it are deleted).
+    Push {
+        /// The profiles directory.
+        dir: PathBuf,
+        /// Print the difference with etcd and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(short, long, default_value = "steerdns.yaml")]
+        config: PathBuf,
+    },
+    /// Write the profiles held in etcd as files of a directory.
+    Pull {
+        /// The directory (created when missing; must be empty unless --force).
+        dir: PathBuf,
+        /// Replace the profile files of a non-empty directory (files not in etcd are
+        /// removed).
+        #[arg(long)]
+        force: bool,
+        #[arg(short, long, default_value = "steerdns.yaml")]
+        config: PathBuf,
+    },
+    /// List the registered replicas and the profiles revision each serves; exits 1 when
+    /// they disagree.
+    Status {
+        #[arg(short, long, default_value = "steerdns.yaml")]
+        config: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -168,6 +205,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Dnssec { command } => dnssec(command),
+        Command::Cluster { command } => cluster(command),
         Command::Serve { config } => match run_server(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -212,6 +250,37 @@ fn dnssec(command: DnssecCommand) -> ExitCode {
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// Exit codes: 1 when the profiles or configuration are invalid (nothing written) or the
+/// replicas disagree, 2 when etcd or the file system did not let the command finish.
+fn cluster(command: ClusterCommand) -> ExitCode {
+    use steerdns::commands::cluster::{self, ClusterError};
+    let done = match command {
+        ClusterCommand::Push { dir, dry_run, config } => {
+            cluster::push(&config, &dir, dry_run).map(|pushed| (pushed.to_string(), true))
+        }
+        ClusterCommand::Pull { dir, force, config } => {
+            cluster::pull(&config, &dir, force).map(|pulled| (pulled.to_string(), true))
+        }
+        ClusterCommand::Status { config } => {
+            cluster::status(&config).map(|status| (status.to_string(), status.agreed()))
+        }
+    };
+    match done {
+        Ok((text, ok)) => {
+            println!("{text}");
+            if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(ClusterError::Invalid(errors)) => {
+            println!("{errors}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

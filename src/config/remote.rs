@@ -100,9 +100,11 @@ pub fn read_cache(path: &Path, prefix: &str) -> Result<Option<RemoteProfiles>, C
 pub fn write_cache(path: &Path, prefix: &str, profiles: &RemoteProfiles) -> std::io::Result<()> {
     let cache = CacheFile { prefix: prefix.to_string(), profiles: profiles.clone() };
     let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    // Buffered: serde_json writes each token on its own, a system call each without it.
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
     serde_json::to_writer(&mut f, &cache)?;
     f.write_all(b"\n")?;
+    let f = f.into_inner().map_err(|e| e.into_error())?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)?;

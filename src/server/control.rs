@@ -14,14 +14,17 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use super::cluster::Session;
 use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
+use super::cluster::{Session, profiles};
 use super::dnstap::Stats as DnstapStats;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::overrides::save;
-use crate::config::{self, ConfigErrors, Dropped, Loaded, Overrides, Previous, ReloadCache};
+use crate::config::remote::RemoteProfiles;
+use crate::config::{
+    self, ConfigErrors, Dropped, Loaded, Overrides, Previous, ProfileSource, ReloadCache,
+};
 use crate::model::events::Events;
 use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
@@ -50,6 +53,9 @@ pub struct Control {
     /// The etcd revision up to which the overrides etcd holds are applied here (0 before
     /// the first read), so that a change made here answers once it applies here.
     shared_revision: watch::Sender<i64>,
+    /// The profiles revision and the generation being served, for this replica's
+    /// registration in etcd.
+    served: watch::Sender<Served>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -76,6 +82,21 @@ struct Reloading {
     /// The overrides the last load or rebuild could not apply. In a cluster they stay in
     /// etcd and come back at every load: each is reported once, not at every load.
     dropped: Vec<Dropped>,
+    /// The profiles from etcd the running configuration was loaded with (`profiles:
+    /// etcd`), and the revision it serves.
+    remote: Option<Arc<RemoteProfiles>>,
+    /// The profiles last read from etcd, applied or refused: what every reload loads, so
+    /// that a refused set is taken once `steerdns.yaml` is fixed.
+    latest: Option<Arc<RemoteProfiles>>,
+}
+
+/// What this replica serves, as its registration in etcd says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    /// The profiles revision in etcd (0 when the profiles come from files).
+    pub revision: i64,
+    /// The running configuration's generation.
+    pub generation: u64,
 }
 
 impl Control {
@@ -90,6 +111,7 @@ impl Control {
         cluster: Option<Arc<Session>>,
     ) -> Control {
         let Loaded { snapshot, cache, dropped } = first;
+        let served = Served { revision: 0, generation: snapshot.generation };
         let control = Control {
             config_path,
             running: Running::of(&snapshot),
@@ -102,7 +124,14 @@ impl Control {
             dnstap,
             cluster,
             shared_revision: watch::Sender::new(0),
-            reloading: Mutex::new(Reloading { cache, retiring: None, dropped: Vec::new() }),
+            served: watch::Sender::new(served),
+            reloading: Mutex::new(Reloading {
+                cache,
+                retiring: None,
+                dropped: Vec::new(),
+                remote: None,
+                latest: None,
+            }),
         };
         let mut state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());
         control.report_dropped(&mut state, dropped, "startup");
@@ -114,10 +143,102 @@ impl Control {
         self.shared.load_full()
     }
 
+    /// The configuration was loaded from profiles of etcd: `(applied, latest)`, the ones
+    /// it was loaded with and the ones last read from etcd (which reloads load; not the
+    /// same when etcd's were refused at startup and the cache file's served instead).
+    pub fn with_remote(
+        self,
+        remote: Option<(Arc<RemoteProfiles>, Arc<RemoteProfiles>)>,
+    ) -> Control {
+        let revision = remote.as_ref().map_or(0, |(applied, _)| applied.revision);
+        self.served.send_modify(|s| s.revision = revision);
+        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        (state.remote, state.latest) = remote.map(|(a, l)| (Some(a), Some(l))).unwrap_or_default();
+        drop(state);
+        self
+    }
+
     /// Loads and validates the whole configuration off the query path, then swaps it in
-    /// at once. On error the running configuration stays and every error is logged.
+    /// at once. On error the running configuration stays and every error is logged. With
+    /// `profiles: etcd`, the profiles are those last read from etcd, as the files on disk
+    /// are for a profiles directory.
     pub fn reload(&self, trigger: &str) -> Result<u64, ConfigErrors> {
         let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        match state.latest.clone() {
+            Some(latest) => {
+                let loaded = self.take_remote(&mut state, trigger, latest, true)?;
+                Ok(loaded.unwrap_or_else(|| self.snapshot().generation))
+            }
+            None => self.reload_locked(&mut state, trigger, None),
+        }
+    }
+
+    /// Takes profiles just read from etcd: a reload with them when their files differ from
+    /// the running ones (`Ok(Some(generation))`); when only the revision moved, the
+    /// revision is recorded without a reload (`Ok(None)`). A refused set leaves the
+    /// running configuration and its revision.
+    pub fn apply_remote(
+        &self,
+        next: Arc<RemoteProfiles>,
+        trigger: &str,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        self.take_remote(&mut state, trigger, next, false)
+    }
+
+    /// `apply_remote`, reloading even when the files did not change when `always`. Each
+    /// revision taken is written to the cache file.
+    fn take_remote(
+        &self,
+        state: &mut Reloading,
+        trigger: &str,
+        next: Arc<RemoteProfiles>,
+        always: bool,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        state.latest = Some(next.clone());
+        let same =
+            state.remote.as_ref().map(|r| (r.revision == next.revision, r.same_files(&next)));
+        let generation = match same {
+            Some((true, true)) if !always => return Ok(None),
+            Some((false, true)) if !always => {
+                tracing::info!(
+                    trigger,
+                    revision = next.revision,
+                    "profiles revision moved without a change of the profiles; nothing to reload"
+                );
+                None
+            }
+            _ => Some(self.reload_locked(state, trigger, Some(&next))?),
+        };
+        if same != Some((true, true)) {
+            self.served.send_modify(|s| s.revision = next.revision);
+            if let Some(session) = &self.cluster {
+                profiles::save_cache(&session.settings, &next);
+            }
+        }
+        state.remote = Some(next);
+        Ok(generation)
+    }
+
+    /// Counts and logs a refused configuration; the running one stays.
+    pub fn refused(&self, trigger: &str, errors: &ConfigErrors) {
+        self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
+        for e in &errors.0 {
+            tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
+        }
+    }
+
+    /// What this replica serves, and every change of it.
+    pub fn served(&self) -> watch::Receiver<Served> {
+        self.served.subscribe()
+    }
+
+    fn reload_locked(
+        &self,
+        state: &mut Reloading,
+        trigger: &str,
+        remote: Option<&RemoteProfiles>,
+    ) -> Result<u64, ConfigErrors> {
         // At most one replaced snapshot is still being freed while the next one is built.
         if let Some(previous) = state.retiring.take() {
             let _ = previous.join();
@@ -125,24 +246,20 @@ impl Control {
         let current = self.shared.load_full();
         let started = std::time::Instant::now();
         let previous = Previous { snapshot: &current, cache: &state.cache };
-        let Loaded { snapshot: next, cache, dropped } = match config::load(
-            &self.config_path,
-            Some(previous),
-        ) {
-            Ok(loaded) => loaded,
-            Err(errors) => {
-                self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
-                for e in &errors.0 {
-                    tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
+        let source = remote.map_or(ProfileSource::AsConfigured, ProfileSource::Remote);
+        let Loaded { snapshot: next, cache, dropped } =
+            match config::load_from(&self.config_path, Some(previous), source) {
+                Ok(loaded) => loaded,
+                Err(errors) => {
+                    self.refused(trigger, &errors);
+                    return Err(errors);
                 }
-                return Err(errors);
-            }
-        };
+            };
         warn_restart_needed(&self.running, &next);
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
-        self.swap(&mut state, current, next, cache);
-        self.report_dropped(&mut state, dropped, trigger);
+        self.swap(state, current, next, cache);
+        self.report_dropped(state, dropped, trigger);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             trigger,
@@ -165,7 +282,9 @@ impl Control {
     ) {
         // Probe state moves into the new health table before queries read it.
         self.prober.adopt(&next);
+        let generation = next.generation;
         self.shared.store(Arc::new(next));
+        self.served.send_modify(|s| s.generation = generation);
         self.totals.retire(&current);
         self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
@@ -268,13 +387,14 @@ impl Control {
                 .filter(|&(p, e, _)| before.get(p, e) != next.get(p, e))
                 .map(|(p, e, _)| (p.to_string(), e.to_string()))
                 .collect();
-            if !targets.is_empty() {
-                self.rebuild_shared(&mut state, &next, &targets, authors);
-            }
+            // The local copy first: whoever sees the change served finds it there too.
             if let Some(path) = &state.cache.state_file
                 && let Err(e) = save(path, &next)
             {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
+            }
+            if !targets.is_empty() {
+                self.rebuild_shared(&mut state, &next, &targets, authors);
             }
         }
         self.shared_revision.send_if_modified(|r| {

@@ -49,6 +49,8 @@ pub enum ServerError {
     Dnstap(#[from] dnstap::DnstapError),
     #[error(transparent)]
     Cluster(#[from] cluster::etcd::EtcdError),
+    #[error(transparent)]
+    Profiles(#[from] cluster::profiles::StartError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -80,8 +82,19 @@ impl Server {
             }
             None => None,
         };
-        let path = config_path.to_path_buf();
-        let loaded = blocking(move || config::load(&path, None)).await?;
+        // With `profiles: etcd`, the profiles come from etcd (or the cache file), and a
+        // watch follows them from where that read left off.
+        let (loaded, remote, watch_from) = match &session {
+            Some(s) if s.settings.profiles_from_etcd => {
+                let started = cluster::profiles::start(config_path, s).await?;
+                let remote = Some((started.applied, started.latest));
+                (started.loaded, remote, Some(started.seen))
+            }
+            _ => {
+                let path = config_path.to_path_buf();
+                (blocking(move || config::load(&path, None)).await?, None, None)
+            }
+        };
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
         let tap = loaded.snapshot.dnstap.as_ref().map(Tap::start).transpose()?;
@@ -90,14 +103,17 @@ impl Server {
         let events = Arc::new(Events::default());
         let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone(), events.clone()));
         let dnstap_stats = tap.as_ref().map(Tap::stats);
-        let control = Arc::new(Control::new(
-            config_path.to_path_buf(),
-            loaded,
-            prober,
-            events,
-            dnstap_stats,
-            session.clone(),
-        ));
+        let control = Arc::new(
+            Control::new(
+                config_path.to_path_buf(),
+                loaded,
+                prober,
+                events,
+                dnstap_stats,
+                session.clone(),
+            )
+            .with_remote(remote),
+        );
         let mut server = Server {
             control,
             dns_addrs: Vec::new(),
@@ -127,7 +143,19 @@ impl Server {
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
-            server.tasks.spawn(session.run(server.cancel.clone()));
+            server.tasks.spawn(session.clone().run(server.cancel.clone()));
+            let (control, cancel) = (server.control.clone(), server.cancel.clone());
+            if let Some(seen) = watch_from {
+                let s = session.clone();
+                server.tasks.spawn(cluster::profiles::watch(
+                    control.clone(),
+                    s,
+                    seen,
+                    cancel.clone(),
+                ));
+            }
+            let record = server.node_record(&session);
+            server.tasks.spawn(cluster::nodes::run(control, session, record, cancel));
         }
         if let Some(follower) = follower {
             server.tasks.spawn(follower.run(server.cancel.clone()));
@@ -214,6 +242,19 @@ impl Server {
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
+    }
+
+    /// What this replica registers in etcd, before the revision and generation it serves.
+    fn node_record(&self, session: &cluster::Session) -> cluster::nodes::NodeRecord {
+        cluster::nodes::NodeRecord {
+            node: session.settings.node.clone(),
+            revision: 0,
+            generation: 0,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            dns: self.dns_addrs.iter().map(ToString::to_string).collect(),
+            admin: self.admin_addr.map(|a| a.to_string()),
+        }
     }
 
     /// The addresses DNS is served on, with real ports.

@@ -34,8 +34,8 @@ pub fn replica_ip(i: usize) -> Ipv4Addr {
 
 /// The test `steerdns.yaml` (zone `tm.example.test.`, profiles from `profiles/`) for
 /// replica `i`, named `node-i`, on its own DNS and admin addresses, with `cluster:` on
-/// `etcd_url` under `prefix` and `extra` appended (top-level YAML). Replace the line
-/// `profiles: profiles/` to take profiles from etcd.
+/// `etcd_url` under `prefix` and `extra` appended (top-level YAML). `replica_yaml_etcd`
+/// takes the profiles from etcd instead.
 pub fn replica_yaml(
     i: usize,
     etcd_url: &str,
@@ -54,14 +54,44 @@ pub fn replica_yaml(
     (format!("{yaml}{cluster}{extra}"), dns, admin)
 }
 
+/// `replica_yaml` with the profiles taken from etcd (`profiles: etcd`).
+pub fn replica_yaml_etcd(
+    i: usize,
+    etcd_url: &str,
+    prefix: &str,
+    extra: &str,
+) -> (String, SocketAddr, SocketAddr) {
+    let (yaml, dns, admin) = replica_yaml(i, etcd_url, prefix, extra);
+    assert!(yaml.contains("profiles: profiles/\n"), "{yaml}");
+    (yaml.replace("profiles: profiles/\n", "profiles: etcd\n"), dns, admin)
+}
+
+/// Writes `yaml` (from `replica_yaml`) and the test zone file into `dir`, as `spawn` does:
+/// enough for `steerdns cluster` commands run with `-c dir/steerdns.yaml`.
+pub fn write_replica_dir(dir: &Path, yaml: &str) {
+    std::fs::create_dir_all(dir.join("zones")).unwrap();
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(dir.join("zones/extra.zone"), ZONE_FILE).unwrap();
+    std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
+}
+
+/// Runs the steerdns binary with `args` to completion: (exit code, stdout, stderr).
+pub async fn run_steerdns<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run steerdns");
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
 impl Replica {
     /// Writes `yaml` (from `replica_yaml`) and the test zone file into `dir` and starts
     /// `steerdns serve` there, without waiting.
     pub fn spawn(dir: &Path, i: usize, yaml: &str, dns: SocketAddr, admin: SocketAddr) -> Replica {
-        std::fs::create_dir_all(dir.join("zones")).unwrap();
-        std::fs::create_dir_all(dir.join("profiles")).unwrap();
-        std::fs::write(dir.join("zones/extra.zone"), ZONE_FILE).unwrap();
-        std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
+        write_replica_dir(dir, yaml);
         let mut child = Command::new(env!("CARGO_BIN_EXE_steerdns"))
             .args(["--log-format", "json", "serve", "-c"])
             .arg(dir.join("steerdns.yaml"))

@@ -140,6 +140,12 @@ pub fn render(control: &Control) -> String {
             labels: vec![],
             value: if session.connected() { 1.0 } else { 0.0 },
         });
+        gauges.push(Gauge {
+            name: "steerdns_cluster_profiles_revision",
+            help: "The etcd revision of the profiles this replica serves (0: profiles from files)",
+            labels: vec![],
+            value: control.served().borrow().revision as f64,
+        });
     }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));

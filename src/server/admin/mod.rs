@@ -1,7 +1,8 @@
 //! The admin HTTP API (axum): health, Prometheus metrics, profile status, answer counts,
-//! explain, reload, run-time overrides of endpoints and the event list, and the status page
-//! that shows them in a browser. Everything but `/healthz` and the page's own files requires
-//! a bearer token when any is configured; the token's name says who made a change.
+//! explain, reload, run-time overrides of endpoints, the event list, the cluster's replicas,
+//! and the status page that shows them in a browser. Everything but `/healthz` and the
+//! page's own files requires a bearer token when any is configured; the token's name says
+//! who made a change.
 //! Handlers read the running snapshot and the prober through `Control`.
 //!
 //! Connections are served by hyper directly rather than `axum::serve`, which has no
@@ -9,6 +10,7 @@
 //! clients cannot hold the process's descriptors (`admin.max_connections`,
 //! `admin.header_read_timeout`).
 
+mod cluster;
 mod events;
 pub mod metrics;
 mod overrides;
@@ -73,6 +75,7 @@ pub fn router(control: Shared) -> Router {
             put(overrides::set_weight).delete(overrides::clear_weight),
         )
         .route("/api/v1/events", get(events::list))
+        .route("/api/v1/cluster", get(cluster::show))
         .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))

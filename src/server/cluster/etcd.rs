@@ -24,6 +24,8 @@ pub enum EtcdError {
     File { path: std::path::PathBuf, source: std::io::Error },
     #[error("etcd key {key:?} is not UTF-8")]
     NotUtf8 { key: String },
+    #[error("etcd did not answer within {0:?}")]
+    Timeout(std::time::Duration),
 }
 
 /// A client for `settings`. Without user authentication nothing is sent yet: the channel
