@@ -120,6 +120,8 @@ pub struct Prober {
     adopted: ArcSwap<Adopted>,
     /// Where probes record status changes.
     events: Arc<Events>,
+    /// Where probes connect from, from the adopted snapshot.
+    sources: check::Sources,
 }
 
 impl Prober {
@@ -139,6 +141,7 @@ impl Prober {
                 lives: Arc::default(),
             }),
             events,
+            sources: Arc::new(ArcSwap::from_pointee(snap.probe_source)),
         };
         let (_, started, _) = prober.switch(snap);
         tracing::info!(probes = started, "health prober started");
@@ -163,6 +166,10 @@ impl Prober {
         // same previous plan.
         let mut running = self.lock();
         let previous = self.adopted.load_full();
+        if **self.sources.load() != next.probe_source {
+            tracing::info!(source = ?next.probe_source, "probes connect from new source addresses from their next check");
+            self.sources.store(Arc::new(next.probe_source));
+        }
         let plan = plan::plan(next, &previous.plan);
         for slot in plan.stopped() {
             next.health.set(slot, Status::Stopped);
@@ -216,7 +223,7 @@ impl Prober {
     }
 
     fn spawn(&self, key: ProbeKey, users: Users) -> Running {
-        let check = Check::new(&key, &self.clients);
+        let check = Check::new(&key, &self.clients, self.sources.clone());
         if let Some(e) = check.setup_error() {
             tracing::warn!(target = %key.target, error = e, "probe cannot run; it will fail every time");
         }
