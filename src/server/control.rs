@@ -5,13 +5,14 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::cluster::Session;
+use super::cluster::health::HealthViews;
 use super::dnstap::Stats as DnstapStats;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::rrl::Limiter;
@@ -43,6 +44,8 @@ pub struct Control {
     pub dnstap: Option<Arc<DnstapStats>>,
     /// The session with etcd, when `cluster:` is set.
     pub cluster: Option<Arc<Session>>,
+    /// Every replica's health views, when `cluster:` is set (set once at startup).
+    pub health_views: OnceLock<Arc<HealthViews>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -91,6 +94,7 @@ impl Control {
             events,
             dnstap,
             cluster,
+            health_views: OnceLock::new(),
             reloading: Mutex::new(Reloading { cache, retiring: None }),
         };
         let state = control.reloading.lock().unwrap_or_else(|e| e.into_inner());

@@ -54,6 +54,13 @@ pub fn replica_yaml(
     (format!("{yaml}{cluster}{extra}"), dns, admin)
 }
 
+/// `yaml` (from `replica_yaml`) with `keys` (YAML indented by two spaces, such as
+/// `"  health: { quorum: all }\n"`) added to its `cluster:` block.
+pub fn with_cluster_keys(yaml: &str, keys: &str) -> String {
+    assert!(yaml.contains("  lease: 2s\n"), "not a replica_yaml");
+    yaml.replacen("  lease: 2s\n", &format!("  lease: 2s\n{keys}"), 1)
+}
+
 impl Replica {
     /// Writes `yaml` (from `replica_yaml`) and the test zone file into `dir` and starts
     /// `steerdns serve` there, without waiting.

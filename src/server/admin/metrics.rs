@@ -141,6 +141,16 @@ pub fn render(control: &Control) -> String {
             value: if session.connected() { 1.0 } else { 0.0 },
         });
     }
+    if let Some(views) = control.health_views.get() {
+        for (node, n) in views.view_counts() {
+            gauges.push(Gauge {
+                name: "steerdns_cluster_views",
+                help: "Health views this replica counts, by the replica (node) they are from",
+                labels: vec![("node", node)],
+                value: n as f64,
+            });
+        }
+    }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));
     gauges.extend(probe_gauges(prober, &states));
