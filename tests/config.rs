@@ -180,6 +180,27 @@ fn server_file_errors_are_located() {
             "steerdns.yaml:3:5",
             "unknown field `nss`",
         ),
+        (
+            "probe:\n  source_address: nowhere\nzones: []\n",
+            "steerdns.yaml:2:19",
+            "\"nowhere\" is not an IP address",
+        ),
+        (
+            "probe:\n  source_address: [127.0.0.1, \"::1\", 127.0.0.2]\nzones: []\n",
+            "steerdns.yaml:2:38",
+            "127.0.0.2 is a second IPv4 address",
+        ),
+        (
+            "probe:\n  source_address: [\"::1\", \"::2\"]\nzones: []\n",
+            "steerdns.yaml:2:27",
+            "::2 is a second IPv6 address",
+        ),
+        (
+            "probe:\n  source_address: 0.0.0.0\nzones: []\n",
+            "steerdns.yaml:2:19",
+            "cannot be a source address",
+        ),
+        ("probe:\n  source_address: []\nzones: []\n", "steerdns.yaml:2:19", "needs an address"),
     ];
     for (i, (server, at, msg)) in cases.iter().enumerate() {
         let errors = errors_of(server, "name: www\nrouting: priority\nendpoints: []\n");

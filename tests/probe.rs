@@ -644,3 +644,91 @@ async fn admin_details_and_metrics_show_probe_results() {
     }
     s.stop().await;
 }
+
+/// A backend that answers every request 200 and records where each connection came
+/// from: the peer addresses, in order.
+async fn peer_recorder(ip: &str) -> (SocketAddr, Arc<Mutex<Vec<IpAddr>>>) {
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let seen = peers.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, peer)) = listener.accept().await {
+            seen.lock().unwrap().push(peer.ip());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                // A tcp probe sends nothing and closes; an http one sends its request.
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    (addr, peers)
+}
+
+/// `probe.source_address`: http and tcp probes connect from it, and after a reload that
+/// changes it, from the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_connect_from_the_source_address() {
+    let (http_addr, http_peers) = peer_recorder("127.0.0.6").await;
+    let (tcp_addr, tcp_peers) = peer_recorder("127.0.0.7").await;
+    let profiles = format!(
+        "name: www\nrouting: priority\n{FAST}\nendpoints:\n\
+         \x20 - {{ name: web, target: 127.0.0.6, {} }}\n\
+         \x20 - {{ name: port, target: 127.0.0.7, {} }}\n",
+        mon(http_addr, ""),
+        mon(tcp_addr, ", protocol: tcp")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &profiles);
+    let with_source = |ip: &str| format!("{SERVER}probe:\n  source_address: {ip}\n");
+    std::fs::write(&path, with_source("127.0.0.21")).unwrap();
+    let s = Running { server: Server::start(&path).await.unwrap(), dir };
+    let last = |peers: &Arc<Mutex<Vec<IpAddr>>>| peers.lock().unwrap().last().copied();
+    s.wait_status("www", "web", Status::Online).await;
+    s.wait_status("www", "port", Status::Online).await;
+    let first: IpAddr = "127.0.0.21".parse().unwrap();
+    assert_eq!((last(&http_peers), last(&tcp_peers)), (Some(first), Some(first)));
+    assert!(http_peers.lock().unwrap().iter().all(|p| *p == first));
+
+    // A list with one address of each family; probes to IPv4 targets take the IPv4 one.
+    std::fs::write(&path, with_source("[\"::1\", 127.0.0.22]")).unwrap();
+    s.server.reload().unwrap();
+    let second: IpAddr = "127.0.0.22".parse().unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while (last(&http_peers), last(&tcp_peers)) != (Some(second), Some(second)) {
+        assert!(Instant::now() < deadline, "probes still come from {:?}", last(&http_peers));
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.state("www", "web").status, Status::Online);
+    s.stop().await;
+}
+
+/// A source address this host does not have fails the probes with a reason saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_address_the_host_lacks_fails_the_probe() {
+    let (http_addr, _) = peer_recorder("127.0.0.6").await;
+    let profiles = format!(
+        "name: www\nrouting: priority\n{FAST}\nendpoints:\n\
+         \x20 - {{ name: web, target: 127.0.0.6, {} }}\n",
+        mon(http_addr, "")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &profiles);
+    std::fs::write(&path, format!("{SERVER}probe:\n  source_address: 192.0.2.77\n")).unwrap();
+    let s = Running { server: Server::start(&path).await.unwrap(), dir };
+    let st = s.wait_status("www", "web", Status::Degraded).await;
+    let last = st.last_probe.unwrap();
+    assert_eq!(last.kind, "setup");
+    let reason = last.reason.unwrap();
+    assert!(reason.starts_with("cannot use source address 192.0.2.77: "), "{reason}");
+    s.stop().await;
+}

@@ -20,6 +20,7 @@ pub mod keyfile;
 mod monitor;
 pub mod overrides;
 mod par;
+mod probe;
 mod profiles;
 mod rate_limit;
 pub mod raw;
@@ -173,6 +174,7 @@ fn load_with(
     let rate_limit =
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
     let cluster = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
+    let probe_source = probe::build(&mut Sink { file: path, errors: &mut errors }, &raw);
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {
         ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
@@ -248,8 +250,8 @@ fn load_with(
     }
     let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
     let cluster = cluster.map(Arc::new);
-    let parts =
-        Parts { listen, zones, world: Arc::new(world), cookies, rate_limit, dnstap, cluster };
+    let world = Arc::new(world);
+    let parts = Parts { listen, zones, world, cookies, rate_limit, dnstap, cluster, probe_source };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
@@ -276,6 +278,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         rate_limit: prev.rate_limit.clone(),
         dnstap: prev.dnstap.clone(),
         cluster: prev.cluster.clone(),
+        probe_source: prev.probe_source,
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -291,12 +294,14 @@ struct Parts {
     rate_limit: Option<crate::model::snapshot::RateLimit>,
     dnstap: Option<crate::model::snapshot::Dnstap>,
     cluster: Option<Arc<ClusterSettings>>,
+    probe_source: crate::model::snapshot::ProbeSource,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
 /// then the whole.
 fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
-    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster } = parts;
+    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster, probe_source } =
+        parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     geographic::compile(&world, &mut profiles);
@@ -307,6 +312,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.rate_limit = rate_limit;
     snapshot.dnstap = dnstap;
     snapshot.cluster = cluster;
+    snapshot.probe_source = probe_source;
     snapshot
 }
 

@@ -17,7 +17,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 
 use super::schema::{
     DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
-    RoutingMethod, Target,
+    RoutingMethod, SourceAddress, Target,
 };
 
 use crate::diag::{Located, Pos};
@@ -53,6 +53,53 @@ pub struct RawServer {
     pub limits: Option<RawLimits>,
     /// Where run-time overrides (drain, weight) are kept.
     pub state_file: Option<Loc<String>>,
+    /// How health probes connect.
+    pub probe: Option<RawProbe>,
+}
+
+/// `probe:`: settings of every health probe.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Probe")]
+pub struct RawProbe {
+    /// The address probes connect from: an IPv4 address, an IPv6 address, or a list of
+    /// at most one of each. Probes to an address of the other family let the system
+    /// choose. Applies from each probe's next check after a reload.
+    #[schemars(with = "Option<SourceAddress>")]
+    pub source_address: Option<Loc<SourceAddresses>>,
+}
+
+/// `probe.source_address`: one address, or a list of them (each located).
+#[derive(Debug)]
+pub enum SourceAddresses {
+    One(String),
+    Many(Vec<Loc<String>>),
+}
+
+impl<'de> Deserialize<'de> for SourceAddresses {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SourceAddresses, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = SourceAddresses;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an IP address or a list of IP addresses")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SourceAddresses, E> {
+                Ok(SourceAddresses::One(v.to_string()))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<SourceAddresses, A::Error> {
+                let mut out = Vec::new();
+                while let Some(a) = seq.next_element::<Loc<String>>()? {
+                    out.push(a);
+                }
+                Ok(SourceAddresses::Many(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `cluster:`. A change of any key needs a restart.

@@ -188,6 +188,18 @@ text_schema!(
 );
 
 text_schema!(
+    /// `probe.source_address`, as `probe::build` reads it.
+    SourceAddress as "SourceAddress",
+    json_schema!({
+        "description": "An IPv4 or IPv6 address, or a list of at most one of each.",
+        "anyOf": [
+            { "type": "string" },
+            { "type": "array", "items": { "type": "string" }, "maxItems": 2 }
+        ]
+    })
+);
+
+text_schema!(
     /// An endpoint name, as `profiles::Builder::endpoint` checks it.
     EndpointName as "EndpointName",
     json_schema!({

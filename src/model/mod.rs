@@ -14,6 +14,7 @@ pub mod profile;
 pub mod sigcache;
 pub mod signing;
 pub mod snapshot;
+pub mod vantage;
 pub mod zone;
 
 pub use counters::{Outcome, QueryCounters, Tally};

@@ -3,7 +3,7 @@
 //! The server holds it in an `ArcSwap`; each query (or batch of queries) loads it once and
 //! never sees a half-applied reload.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +83,24 @@ pub struct AdminLimits {
     pub header_read_timeout: Duration,
 }
 
+/// The addresses health probes connect from (`probe.source_address`): at most one of
+/// each family; a family without one lets the system choose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeSource {
+    pub v4: Option<Ipv4Addr>,
+    pub v6: Option<Ipv6Addr>,
+}
+
+impl ProbeSource {
+    /// The address a probe to `target` binds before it connects, if any.
+    pub fn for_target(&self, target: IpAddr) -> Option<IpAddr> {
+        match target {
+            IpAddr::V4(_) => self.v4.map(IpAddr::V4),
+            IpAddr::V6(_) => self.v6.map(IpAddr::V6),
+        }
+    }
+}
+
 /// Response rate limiting of UDP answers (`rate_limit:`).
 #[derive(Clone, Debug, Default)]
 pub struct RateLimit {
@@ -146,6 +164,8 @@ pub struct Snapshot {
     pub dnstap: Option<Dnstap>,
     /// `cluster:`; `None`: a replica on its own.
     pub cluster: Option<Arc<ClusterSettings>>,
+    /// Where health probes connect from.
+    pub probe_source: ProbeSource,
 }
 
 impl Snapshot {
@@ -176,6 +196,7 @@ impl Snapshot {
             signatures: Presigned::default(),
             dnstap,
             cluster,
+            probe_source: ProbeSource::default(),
         }
     }
 

@@ -13,18 +13,25 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 
 use super::http::{self, HttpError};
 use super::plan::{ProbeKey, ProbeTarget};
 pub use super::tls::Clients;
 use crate::model::Protocol;
+use crate::model::snapshot::ProbeSource;
+
+/// Where probes connect from: swapped on reload, read at every connect, so a new
+/// `probe.source_address` applies from each probe's next check.
+pub type Sources = Arc<ArcSwap<ProbeSource>>;
 
 /// Only this much of a body is searched for `body_contains` (as Azure Traffic Manager).
 pub const BODY_LIMIT: usize = 5120;
@@ -136,6 +143,7 @@ pub struct Check {
     target: ProbeTarget,
     port: u16,
     kind: Kind,
+    sources: Sources,
 }
 
 enum Kind {
@@ -155,13 +163,13 @@ struct Http {
 }
 
 impl Check {
-    pub fn new(key: &ProbeKey, clients: &Clients) -> Check {
+    pub fn new(key: &ProbeKey, clients: &Clients, sources: Sources) -> Check {
         let m = &key.monitor;
         let kind = match m.protocol {
             Protocol::Tcp => Kind::Tcp,
             Protocol::Http | Protocol::Https => Kind::Http(Box::new(Http::new(key, clients))),
         };
-        Check { target: key.target.clone(), port: m.port, kind }
+        Check { target: key.target.clone(), port: m.port, kind, sources }
     }
 
     /// Why this check can never succeed, if its definition is unusable.
@@ -185,11 +193,12 @@ impl Check {
 
     async fn one(&self, ip: IpAddr) -> Result<(), Reason> {
         let addr = SocketAddr::new(ip, self.port);
+        let source = self.sources.load().for_target(ip);
         match &self.kind {
-            Kind::Tcp => connect(addr).await.map(drop),
+            Kind::Tcp => connect(addr, source).await.map(drop),
             Kind::Http(h) => match h.as_ref() {
                 Err(e) => Err(Reason::Setup(e.clone())),
-                Ok(h) => h.get(addr).await,
+                Ok(h) => h.get(addr, source).await,
             },
         }
     }
@@ -217,9 +226,9 @@ impl Http {
         })
     }
 
-    /// One GET over a fresh connection to `addr`.
-    async fn get(&self, addr: SocketAddr) -> Result<(), Reason> {
-        let tcp = connect(addr).await?;
+    /// One GET over a fresh connection to `addr`, from `source` when given.
+    async fn get(&self, addr: SocketAddr, source: Option<IpAddr>) -> Result<(), Reason> {
+        let tcp = connect(addr, source).await?;
         match &self.tls {
             None => self.exchange(tcp).await,
             Some((connector, name)) => {
@@ -265,9 +274,52 @@ fn host_text(name: &crate::wire::name::WireName) -> String {
     text.strip_suffix('.').map(str::to_string).unwrap_or(text)
 }
 
-/// A fresh connection to `addr`; a tcp check is just this.
-async fn connect(addr: SocketAddr) -> Result<TcpStream, Reason> {
-    TcpStream::connect(addr).await.map_err(|e| classify(&e))
+/// A fresh connection to `addr`, bound to `source` when given; a tcp check is just this.
+async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, Reason> {
+    let Some(source) = source else {
+        return TcpStream::connect(addr).await.map_err(|e| classify(&e));
+    };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() };
+    let socket = socket.map_err(|e| classify(&e))?;
+    defer_port_choice(&socket);
+    socket.bind(SocketAddr::new(source, 0)).map_err(|e| bind_reason(source, &e))?;
+    socket.connect(addr).await.map_err(|e| classify(&e))
+}
+
+/// A source address this host does not have is a configuration mistake, shown as the
+/// probe's failure; a shortage of ports or descriptors is no observation, as ever.
+fn bind_reason(source: IpAddr, err: &io::Error) -> Reason {
+    match classify(err) {
+        Reason::Local(_) if err.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+            Reason::Setup(format!("cannot use source address {source}: {err}"))
+        }
+        other => other,
+    }
+}
+
+/// Lets the kernel pick the local port at connect, per destination, instead of at bind,
+/// where every port is reserved for the source address whatever the destination: binding
+/// first would otherwise cap a replica at one connection per local port over all probes.
+fn defer_port_choice(socket: &TcpSocket) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt on a socket this function's caller owns, with a valid int.
+        // A kernel without the option (before 4.2) refuses it; the bind then picks the
+        // port as before.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
 }
 
 async fn resolve(name: &str, port: u16) -> Result<Vec<IpAddr>, Reason> {

@@ -5,16 +5,22 @@
 //! query path by being stored into the atomic health slots of every endpoint using the
 //! probe. The slots and the table they live in are swapped under the same mutex on reload,
 //! so a result is never written to a table after a newer one has been adopted.
+//!
+//! The status published is the probe's own, or with a `Consensus` (a cluster) the verdict
+//! over every replica's view, which is evaluated again when this replica's view changes
+//! and when the others' do (`reevaluate`).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use super::check::Reason;
+use super::consensus::{Consensus, OwnView};
 use super::plan::{ProbeKey, User};
 use super::state::Machine;
 use crate::model::Protocol;
 use crate::model::events::{Event, Events, Kind};
 use crate::model::health::{HealthTable, Status};
+use crate::model::vantage;
 
 /// The outcome of the most recent run of a probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,11 +51,23 @@ pub const KINDS: [&str; 9] =
 /// What `Live::view` shows of a probe.
 #[derive(Clone, Debug)]
 pub struct View {
+    /// The status its endpoints have (the verdict, in a cluster).
     pub status: Status,
     pub last: Option<ProbeResult>,
+    /// The last change of `status`.
     pub change: Option<StatusChange>,
     /// Results so far, by kind (indexed like `KINDS`).
     pub counts: [u64; KINDS.len()],
+    /// In a cluster: every vantage point's view and the verdict's reason.
+    pub vantage: Option<Vantage>,
+}
+
+/// How the replicas see a probe, and what they decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vantage {
+    pub views: Vec<vantage::View>,
+    /// Why the endpoints have their status.
+    pub reason: String,
 }
 
 /// The endpoints a probe decides, and the health table their slots are in.
@@ -64,35 +82,69 @@ pub struct Live {
     inner: Mutex<Inner>,
     /// Where status changes are recorded, one event per endpoint.
     events: Arc<Events>,
+    /// With several replicas: what decides the published status.
+    consensus: Option<Arc<dyn Consensus>>,
 }
 
 struct Inner {
     machine: Machine,
+    /// This replica's view: the machine's status with the reason of its last change.
+    own: OwnView,
+    /// The status in the users' slots.
+    published: Status,
+    /// Why `published` is what it is (a cluster's verdict reason).
+    reason: String,
     last: Option<ProbeResult>,
     change: Option<StatusChange>,
     counts: [u64; KINDS.len()],
     users: Arc<Users>,
+    /// Set when the prober stops the probe: a result still in flight changes nothing.
+    stopped: bool,
 }
+
+/// A change of the published status, and the endpoints it reached.
+type Published = (StatusChange, Arc<Users>);
 
 impl Live {
     /// A new probe: `checking` until its first result. Its status changes are recorded in
     /// a list of its own.
     #[cfg(test)]
     pub fn new(key: ProbeKey, users: Users) -> Live {
-        Live::reporting(key, users, Arc::default())
+        Live::reporting(key, users, Arc::default(), None)
     }
 
-    /// A new probe that records its status changes in `events`.
-    pub fn reporting(key: ProbeKey, users: Users, events: Arc<Events>) -> Live {
+    /// A new probe that records its status changes in `events`. With a `consensus`, its
+    /// endpoints start with the verdict over the views there are, its own `checking` one
+    /// included.
+    pub fn reporting(
+        key: ProbeKey,
+        users: Users,
+        events: Arc<Events>,
+        consensus: Option<Arc<dyn Consensus>>,
+    ) -> Live {
+        let own = OwnView::starting();
+        let (published, reason) = match &consensus {
+            Some(c) => {
+                c.changed(&key, &own);
+                let v = c.verdict(&key, &own);
+                (v.status, v.reason)
+            }
+            None => (own.status, own.reason.clone()),
+        };
         let live = Live {
             key,
             events,
+            consensus,
             inner: Mutex::new(Inner {
                 machine: Machine::default(),
+                own,
+                published,
+                reason,
                 last: None,
                 change: None,
                 counts: [0; KINDS.len()],
                 users: Arc::new(Users { table: users.table.clone(), list: Vec::new() }),
+                stopped: false,
             }),
         };
         live.adopt(users);
@@ -108,20 +160,35 @@ impl Live {
     /// into their slots.
     pub fn adopt(&self, users: Users) {
         let mut inner = self.lock();
-        let status = inner.machine.status();
+        let status = inner.published;
         for u in &users.list {
             users.table.set(u.slot, status);
         }
         inner.users = Arc::new(users);
     }
 
+    /// Stops publishing (the probe is no longer used): withdraws this replica's view from
+    /// the consensus, under the lock, so that a result still in flight cannot bring it back.
+    pub fn stop(&self) {
+        let mut inner = self.lock();
+        inner.stopped = true;
+        if let Some(c) = &self.consensus {
+            c.stopped(&self.key);
+        }
+    }
+
     pub fn view(&self) -> View {
         let inner = self.lock();
+        let vantage = self.consensus.as_ref().map(|c| Vantage {
+            views: c.views(&self.key, &inner.own),
+            reason: inner.reason.clone(),
+        });
         View {
-            status: inner.machine.status(),
+            status: inner.published,
             last: inner.last.clone(),
             change: inner.change.clone(),
             counts: inner.counts,
+            vantage,
         }
     }
 
@@ -142,30 +209,95 @@ impl Live {
             latency_ms = latency.as_secs_f64() * 1000.0,
             "probe result"
         );
-        if let Some((change, users)) = self.apply(last) {
+        let (own, published) = self.apply(last);
+        if let Some((from, own)) = own {
+            self.log_own_change(from, &own);
+        }
+        if let Some((change, users)) = published {
             self.log_change(&change, &users);
         }
     }
 
-    /// Updates the state under the lock; returns the change, if any, and who it affects.
-    fn apply(&self, last: ProbeResult) -> Option<(StatusChange, Arc<Users>)> {
+    /// Updates the state under the lock; returns this replica's own change in a cluster
+    /// (the status before, and the view now), and the change of the published status with
+    /// who it affects.
+    fn apply(&self, last: ProbeResult) -> (Option<(Status, OwnView)>, Option<Published>) {
         let mut inner = self.lock();
+        if inner.stopped {
+            return (None, None);
+        }
         let change = inner.machine.apply(last.ok, self.key.monitor.tolerated_failures);
         if let Some(i) = KINDS.iter().position(|k| *k == last.kind) {
             inner.counts[i] += 1;
         }
         let (at, reason) = (last.at, last.reason.clone());
         inner.last = Some(last);
-        let c = change?;
-        // Published while still holding the lock, so `adopt` cannot swap the table between
-        // the state change and the stores.
-        for u in &inner.users.list {
-            inner.users.table.set(u.slot, c.to);
-        }
+        let Some(c) = change else { return (None, None) };
         let reason = reason.unwrap_or_else(|| "probe succeeded".to_string());
-        let change = StatusChange { at, from: c.from, to: c.to, reason };
+        inner.own = OwnView { status: c.to, reason: reason.clone(), at };
+        let Some(consensus) = &self.consensus else {
+            return (None, self.publish(&mut inner, c.to, reason, at));
+        };
+        consensus.changed(&self.key, &inner.own);
+        let v = consensus.verdict(&self.key, &inner.own);
+        let own = Some((c.from, inner.own.clone()));
+        (own, self.publish(&mut inner, v.status, v.reason, at))
+    }
+
+    /// Evaluates the verdict again (the other replicas' views changed) and publishes it
+    /// when it changed; logs and records as a probe result would.
+    pub fn reevaluate(&self) {
+        let Some(consensus) = &self.consensus else { return };
+        let published = {
+            let mut inner = self.lock();
+            if inner.stopped {
+                return;
+            }
+            let v = consensus.verdict(&self.key, &inner.own);
+            self.publish(&mut inner, v.status, v.reason, SystemTime::now())
+        };
+        if let Some((change, users)) = published {
+            self.log_change(&change, &users);
+        }
+    }
+
+    /// Stores `status` into every user's slot when it differs from what they hold; returns
+    /// the change. Called under the lock, so `adopt` cannot swap the table between the
+    /// decision and the stores.
+    fn publish(
+        &self,
+        inner: &mut Inner,
+        status: Status,
+        reason: String,
+        at: SystemTime,
+    ) -> Option<Published> {
+        let from = inner.published;
+        inner.reason = reason.clone();
+        if from == status {
+            return None;
+        }
+        for u in &inner.users.list {
+            inner.users.table.set(u.slot, status);
+        }
+        inner.published = status;
+        let change = StatusChange { at, from, to: status, reason };
         inner.change = Some(change.clone());
         Some((change, inner.users.clone()))
+    }
+
+    /// In a cluster, this replica's own view changing is not an endpoint's status change
+    /// (the verdict may stay): one line per probe says what this replica saw.
+    fn log_own_change(&self, from: Status, own: &OwnView) {
+        let m = &self.key.monitor;
+        tracing::info!(
+            target = %self.key.target,
+            protocol = protocol_name(m.protocol),
+            port = m.port,
+            old = %from,
+            new = %own.status,
+            reason = own.reason,
+            "probe view of this replica changed"
+        );
     }
 
     /// One line and one event per endpoint: operators search logs by profile and
@@ -192,5 +324,104 @@ pub fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Http => "http",
         Protocol::Https => "https",
         Protocol::Tcp => "tcp",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::model::Monitor;
+    use crate::model::vantage::{Verdict, View as VantageView};
+    use crate::probe::plan::ProbeTarget;
+
+    /// A consensus whose verdict the test sets, recording the own views it is told of.
+    #[derive(Default)]
+    struct Fixed {
+        verdict: Mutex<Option<Status>>,
+        told: Mutex<Vec<Status>>,
+        stopped: AtomicBool,
+    }
+
+    impl Consensus for Fixed {
+        fn changed(&self, _: &ProbeKey, own: &OwnView) {
+            self.told.lock().unwrap().push(own.status);
+        }
+        fn stopped(&self, _: &ProbeKey) {
+            self.stopped.store(true, Ordering::SeqCst);
+        }
+        fn verdict(&self, _: &ProbeKey, own: &OwnView) -> Verdict {
+            let status = self.verdict.lock().unwrap().unwrap_or(own.status);
+            Verdict { status, reason: format!("decided {status}") }
+        }
+        fn views(&self, _: &ProbeKey, own: &OwnView) -> Vec<VantageView> {
+            let at = own.at;
+            vec![VantageView {
+                node: "me".into(),
+                status: own.status,
+                reason: own.reason.clone(),
+                at,
+            }]
+        }
+    }
+
+    fn key() -> ProbeKey {
+        let monitor = Monitor {
+            protocol: Protocol::Tcp,
+            port: 80,
+            path: "/".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            tolerated_failures: 0,
+            expected_status: vec![(200, 299)],
+            headers: vec![],
+            body_contains: None,
+            tls_verify: false,
+        };
+        ProbeKey { target: ProbeTarget::Ip([192, 0, 2, 1].into()), monitor }
+    }
+
+    /// The endpoints get the consensus's verdict, not the probe's own status; own changes
+    /// are reported, verdict changes recorded as events, and a stopped probe is withdrawn
+    /// and changes nothing more.
+    #[test]
+    fn a_consensus_decides_what_the_endpoints_get() {
+        use crate::model::health::HealthView;
+        let fixed = Arc::new(Fixed::default());
+        *fixed.verdict.lock().unwrap() = Some(Status::Online);
+        let table = Arc::new(HealthTable::new([Status::Checking]));
+        let user = User { profile: "p.".into(), endpoint: "e".into(), slot: 0 };
+        let events = Arc::new(Events::default());
+        let users = Users { table: table.clone(), list: vec![user] };
+        let consensus = fixed.clone() as Arc<dyn Consensus>;
+        let live = Live::reporting(key(), users, events.clone(), Some(consensus));
+        // Others see it online: served online before this replica's first result.
+        assert_eq!(table.status(0), Status::Online);
+        live.record(Err(Reason::Refused), Duration::from_millis(1));
+        assert_eq!(*fixed.told.lock().unwrap(), vec![Status::Checking, Status::Degraded]);
+        assert_eq!(table.status(0), Status::Online, "the verdict stays");
+        assert!(events.since(0).0.is_empty());
+        let v = live.view();
+        let vantage = v.vantage.unwrap();
+        assert_eq!((v.status, vantage.reason.as_str()), (Status::Online, "decided online"));
+        assert_eq!(vantage.views[0].status, Status::Degraded);
+
+        *fixed.verdict.lock().unwrap() = Some(Status::Degraded);
+        live.reevaluate();
+        assert_eq!(table.status(0), Status::Degraded);
+        let (recorded, _) = events.since(0);
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(recorded[0].reason.as_deref(), Some("decided degraded"));
+        let change = live.view().change.unwrap();
+        assert_eq!((change.from, change.to), (Status::Online, Status::Degraded));
+
+        live.stop();
+        assert!(fixed.stopped.load(Ordering::SeqCst));
+        *fixed.verdict.lock().unwrap() = None;
+        live.record(Ok(()), Duration::from_millis(1));
+        live.reevaluate();
+        assert_eq!(table.status(0), Status::Degraded);
+        assert_eq!(fixed.told.lock().unwrap().len(), 2);
     }
 }

@@ -7,9 +7,12 @@
 //! `schedule` is each probe's loop. `Prober` ties them together across reloads: `adopt`
 //! keeps probes whose definition did not change (state and phase included), stops the ones
 //! no longer used and starts new ones in `checking`. The server calls `adopt` on every
-//! reload; the admin API reads `endpoint_states`, `stats` and `durations`.
+//! reload; the admin API reads `endpoint_states`, `stats` and `durations`. In a cluster,
+//! a `Consensus` (`consensus`) turns each probe's own status into the verdict over every
+//! replica's view, and `republish` applies the others' changes.
 
 pub mod check;
+mod consensus;
 mod http;
 mod live;
 pub mod plan;
@@ -35,7 +38,8 @@ pub use check::Reason;
 pub mod http_reader {
     pub use super::http::{HttpError, MAX_CHUNK_LINE, MAX_HEAD, MAX_INTERIM, read_response};
 }
-pub use live::{ProbeResult, StatusChange};
+pub use consensus::{Consensus, OwnView};
+pub use live::{ProbeResult, StatusChange, Vantage};
 pub use plan::{ProbeKey, ProbeTarget};
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
 
@@ -64,6 +68,8 @@ pub struct EndpointState {
     /// How many probe results of each kind (`ok`, `timeout`, ...) so far; kinds never seen
     /// are left out. Shared probes show the same counts on every endpoint using them.
     pub results: Vec<(&'static str, u64)>,
+    /// In a cluster, for a probed endpoint: every replica's view and the verdict's reason.
+    pub vantage: Option<Vantage>,
 }
 
 /// A running probe task.
@@ -120,12 +126,26 @@ pub struct Prober {
     adopted: ArcSwap<Adopted>,
     /// Where probes record status changes.
     events: Arc<Events>,
+    /// Where probes connect from, from the adopted snapshot.
+    sources: check::Sources,
+    /// In a cluster: what turns the replicas' views into statuses.
+    consensus: Option<Arc<dyn Consensus>>,
 }
 
 impl Prober {
     /// Starts probing `snap`, recording status changes in `events`. Must be called inside
     /// a tokio runtime, whose tasks run the probes; cancelling `cancel` stops them all.
     pub fn start(snap: &Snapshot, cancel: CancellationToken, events: Arc<Events>) -> Prober {
+        Prober::start_with(snap, cancel, events, None)
+    }
+
+    /// `start`, with the statuses decided by `consensus` when one is given (a cluster).
+    pub fn start_with(
+        snap: &Snapshot,
+        cancel: CancellationToken,
+        events: Arc<Events>,
+        consensus: Option<Arc<dyn Consensus>>,
+    ) -> Prober {
         let prober = Prober {
             runtime: Handle::current(),
             cancel,
@@ -139,6 +159,8 @@ impl Prober {
                 lives: Arc::default(),
             }),
             events,
+            sources: Arc::new(ArcSwap::from_pointee(snap.probe_source)),
+            consensus,
         };
         let (_, started, _) = prober.switch(snap);
         tracing::info!(probes = started, "health prober started");
@@ -163,34 +185,45 @@ impl Prober {
         // same previous plan.
         let mut running = self.lock();
         let previous = self.adopted.load_full();
+        if **self.sources.load() != next.probe_source {
+            tracing::info!(source = ?next.probe_source, "probes connect from new source addresses from their next check");
+            self.sources.store(Arc::new(next.probe_source));
+        }
         let plan = plan::plan(next, &previous.plan);
         for slot in plan.stopped() {
             next.health.set(slot, Status::Stopped);
         }
         let before = running.len();
-        let kept = self.move_probes(&mut running, plan.probes(), &next.health);
+        let mut started = Vec::new();
+        let kept = self.move_probes(&mut running, plan.probes(), &next.health, &mut started);
         let lives = if running.len() == kept && kept == before {
             previous.lives.clone()
         } else {
             Arc::new(running.values().map(|r| ByKey(r.live.clone())).collect())
         };
         self.adopted.store(Arc::new(Adopted { plan, table: next.health.clone(), lives }));
+        // A new probe took its first verdict before `republish` could find it: views that
+        // changed in between are taken into account now.
+        started.iter().for_each(|live| live.reevaluate());
         self.retire(previous);
         (kept, running.len() - kept, before - kept)
     }
 
     /// Stops the running probes `probes` no longer has, points the others at their new
-    /// users and starts the new ones; returns how many were kept.
+    /// users and starts the new ones (into `started`, in a cluster); returns how many were
+    /// kept.
     fn move_probes(
         &self,
         running: &mut HashMap<ProbeKey, Running>,
         probes: HashMap<&ProbeKey, Vec<User>>,
         table: &Arc<HealthTable>,
+        started: &mut Vec<Arc<Live>>,
     ) -> usize {
         running.retain(|key, r| {
             let keep = probes.contains_key(key);
             if !keep {
                 r.cancel.cancel();
+                r.live.stop();
                 tracing::debug!(target = %key.target, port = key.monitor.port, "probe stopped");
             }
             keep
@@ -202,6 +235,9 @@ impl Prober {
                 Some(r) => r.live.adopt(users),
                 None => {
                     let r = self.spawn(key.clone(), users);
+                    if self.consensus.is_some() {
+                        started.push(r.live.clone());
+                    }
                     running.insert(key.clone(), r);
                 }
             }
@@ -216,7 +252,7 @@ impl Prober {
     }
 
     fn spawn(&self, key: ProbeKey, users: Users) -> Running {
-        let check = Check::new(&key, &self.clients);
+        let check = Check::new(&key, &self.clients, self.sources.clone());
         if let Some(e) = check.setup_error() {
             tracing::warn!(target = %key.target, error = e, "probe cannot run; it will fail every time");
         }
@@ -227,7 +263,8 @@ impl Prober {
             "probe started"
         );
         let first = schedule::first_run(self.epoch, &key);
-        let live = Arc::new(Live::reporting(key, users, self.events.clone()));
+        let consensus = self.consensus.clone();
+        let live = Arc::new(Live::reporting(key, users, self.events.clone(), consensus));
         let cancel = self.cancel.child_token();
         let task = self.runtime.spawn(schedule::run(
             live.clone(),
@@ -254,6 +291,26 @@ impl Prober {
         let p = &adopted.plan.profiles[*adopted.plan.index.get(profile)?];
         let i = p.leaves.leaves.iter().position(|l| &*l.endpoint == endpoint)?;
         Some(adopted.state(p, i))
+    }
+
+    /// Evaluates the verdicts of `keys` again, after other replicas' views of them changed;
+    /// keys not probed here are skipped. Not under any lock the consensus holds: each
+    /// probe takes its own mutex, then asks the consensus.
+    pub fn republish<'a>(&self, keys: impl IntoIterator<Item = &'a ProbeKey>) {
+        let adopted = self.adopted.load();
+        for key in keys {
+            if let Some(live) = adopted.lives.get(key) {
+                live.0.reevaluate();
+            }
+        }
+    }
+
+    /// `republish` of every running probe (etcd went away or came back).
+    pub fn republish_all(&self) {
+        let adopted = self.adopted.load();
+        for live in adopted.lives.iter() {
+            live.0.reevaluate();
+        }
     }
 
     /// Check durations so far, one histogram per protocol.
@@ -288,14 +345,14 @@ impl Adopted {
     fn state(&self, p: &Placed, i: usize) -> EndpointState {
         let leaf = &p.leaves.leaves[i];
         let live = p.probe(leaf).and_then(|k| self.lives.get(k)).map(|b| &b.0);
-        let (status, last_probe, last_change, results) = match live {
+        let (status, last_probe, last_change, results, vantage) = match live {
             Some(live) => {
                 let v = live.view();
                 let results =
                     KINDS.iter().zip(v.counts).filter(|(_, n)| *n > 0).map(|(k, n)| (*k, n));
-                (v.status, v.last, v.change, results.collect())
+                (v.status, v.last, v.change, results.collect(), v.vantage)
             }
-            None => (self.table.status(p.slot(i)), None, None, Vec::new()),
+            None => (self.table.status(p.slot(i)), None, None, Vec::new(), None),
         };
         EndpointState {
             profile: p.leaves.name.to_string(),
@@ -306,6 +363,7 @@ impl Adopted {
             last_probe,
             last_change,
             results,
+            vantage,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `steerdns explain` and the admin API's explain: answer one query exactly as the server
-//! would — the same responder, the same routing core — and show the decision trace.
+//! would — the same responder, the same routing core — and show the decision trace. The
+//! admin API's adds, in a cluster, how every replica sees the probed endpoints involved.
 
 use std::net::IpAddr;
 
@@ -30,6 +31,31 @@ pub struct Explanation {
     /// ECS scope prefix length of the answer.
     pub scope: Option<u8>,
     pub trace: Vec<String>,
+    /// In a cluster (the admin API's explain): the verdict and the vantage points of each
+    /// probed endpoint of the profiles the name leads to.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<EndpointHealth>,
+}
+
+/// One endpoint's status as the replicas agreed on it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EndpointHealth {
+    pub profile: String,
+    pub endpoint: String,
+    /// The verdict: the status the endpoint has.
+    pub status: String,
+    pub reason: String,
+    pub vantage_points: Vec<VantagePoint>,
+}
+
+/// One replica's view of an endpoint's probe.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct VantagePoint {
+    pub node: String,
+    pub status: String,
+    pub reason: String,
+    /// When the view last changed (RFC 3339).
+    pub at: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -115,6 +141,7 @@ pub fn explain(
         authority: reply.authorities.iter().map(ToString::to_string).collect(),
         scope: ecs_scope(&reply),
         trace: trace.into_lines(),
+        health: Vec::new(),
     }
 }
 
@@ -158,6 +185,15 @@ impl std::fmt::Display for Explanation {
         writeln!(f, "trace:")?;
         for t in &self.trace {
             writeln!(f, "  - {t}")?;
+        }
+        if !self.health.is_empty() {
+            writeln!(f, "health across replicas:")?;
+        }
+        for h in &self.health {
+            writeln!(f, "  {}/{}: {} ({})", h.profile, h.endpoint, h.status, h.reason)?;
+            for v in &h.vantage_points {
+                writeln!(f, "    {}: {} since {}: {}", v.node, v.status, v.at, v.reason)?;
+            }
         }
         Ok(())
     }

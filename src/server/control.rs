@@ -7,13 +7,14 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use super::cluster::health::HealthViews;
 use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
 use super::cluster::{Session, profiles};
 use super::dnstap::Stats as DnstapStats;
@@ -56,6 +57,8 @@ pub struct Control {
     /// The profiles revision and the generation being served, for this replica's
     /// registration in etcd.
     served: watch::Sender<Served>,
+    /// Every replica's health views, when `cluster:` is set (set once at startup).
+    pub health_views: OnceLock<Arc<HealthViews>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -123,6 +126,7 @@ impl Control {
             events,
             dnstap,
             cluster,
+            health_views: OnceLock::new(),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {

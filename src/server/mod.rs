@@ -101,7 +101,14 @@ impl Server {
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
         let events = Arc::new(Events::default());
-        let prober = Arc::new(Prober::start(&loaded.snapshot, cancel.clone(), events.clone()));
+        let views = session.as_deref().map(cluster::health::HealthViews::new);
+        let consensus = views.clone().map(|v| v as Arc<dyn crate::probe::Consensus>);
+        let prober = Arc::new(Prober::start_with(
+            &loaded.snapshot,
+            cancel.clone(),
+            events.clone(),
+            consensus,
+        ));
         let dnstap_stats = tap.as_ref().map(Tap::stats);
         let control = Arc::new(
             Control::new(
@@ -144,6 +151,12 @@ impl Server {
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
             server.tasks.spawn(session.clone().run(server.cancel.clone()));
+            if let Some(views) = views {
+                let (cancel, prober) = (server.cancel.clone(), server.control.prober.clone());
+                server.tasks.spawn(views.clone().write(session.clone(), cancel.clone()));
+                server.tasks.spawn(views.clone().watch(session.clone(), prober, cancel));
+                let _ = server.control.health_views.set(views);
+            }
             let (control, cancel) = (server.control.clone(), server.cancel.clone());
             if let Some(seen) = watch_from {
                 let s = session.clone();

@@ -197,3 +197,54 @@ impl HttpBackend {
         let _ = self.task.await;
     }
 }
+
+/// An HTTP backend for probes from several vantage points: answers 503 to connections
+/// from the source addresses in its failing set and 200 to all others.
+pub struct SourceBackend {
+    pub addr: SocketAddr,
+    failing: std::sync::Arc<std::sync::Mutex<Vec<std::net::IpAddr>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SourceBackend {
+    /// Listens on `ip`, port chosen by the kernel, failing nobody.
+    pub async fn start(ip: &str) -> SourceBackend {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind backend");
+        let addr = listener.local_addr().expect("backend address");
+        let failing = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let list = failing.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, peer)) = listener.accept().await {
+                let fail = list.lock().unwrap().contains(&peer.ip());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let status = if fail { 503 } else { 200 };
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                    );
+                    let _ = conn.write_all(reply.as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        SourceBackend { addr, failing, task }
+    }
+
+    /// Connections from `sources` get 503 from now on, all others 200.
+    pub fn fail_for(&self, sources: &[std::net::IpAddr]) {
+        *self.failing.lock().unwrap() = sources.to_vec();
+    }
+}
+
+impl Drop for SourceBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -87,6 +87,13 @@ pub async fn run_steerdns<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>
     (out.status.code(), text(out.stdout), text(out.stderr))
 }
 
+/// `yaml` (from `replica_yaml`) with `keys` (YAML indented by two spaces, such as
+/// `"  health: { quorum: all }\n"`) added to its `cluster:` block.
+pub fn with_cluster_keys(yaml: &str, keys: &str) -> String {
+    assert!(yaml.contains("  lease: 2s\n"), "not a replica_yaml");
+    yaml.replacen("  lease: 2s\n", &format!("  lease: 2s\n{keys}"), 1)
+}
+
 impl Replica {
     /// Writes `yaml` (from `replica_yaml`) and the test zone file into `dir` and starts
     /// `steerdns serve` there, without waiting.

@@ -147,6 +147,16 @@ pub fn render(control: &Control) -> String {
             value: control.served().borrow().revision as f64,
         });
     }
+    if let Some(views) = control.health_views.get() {
+        for (node, n) in views.view_counts() {
+            gauges.push(Gauge {
+                name: "steerdns_cluster_views",
+                help: "Health views this replica counts, by the replica (node) they are from",
+                labels: vec![("node", node)],
+                value: n as f64,
+            });
+        }
+    }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));
     gauges.extend(probe_gauges(prober, &states));

@@ -360,7 +360,11 @@ async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) 
         Ok(n) => n,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    Json(explain::explain(&snap, &*snap.health, &abs, qtype, client)).into_response()
+    let mut explained = explain::explain(&snap, &*snap.health, &abs, qtype, client);
+    if c.cluster.is_some() {
+        explained.health = probes::vantage_of(&c.prober, &snap, &abs);
+    }
+    Json(explained).into_response()
 }
 
 async fn reload(State(c): State<Shared>) -> Response {

@@ -1,11 +1,18 @@
 //! What the admin API shows of each endpoint's probing: the last probe, the last status
-//! change and the result counts, read from the prober.
+//! change and the result counts, read from the prober; in a cluster also every vantage
+//! point's view and the verdict.
 
 use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
+use hickory_proto::rr::Name;
+
+use crate::model::vantage::View;
+use crate::model::{Snapshot, Target};
 use crate::probe::{EndpointState, Prober};
+use crate::responder::explain::{EndpointHealth, VantagePoint};
+use crate::wire::name::WireName;
 
 /// The extra fields of `endpoint` of `profile` (absolute name), when it exists.
 pub fn endpoint_details(
@@ -42,9 +49,57 @@ fn details(s: &EndpointState) -> Map<String, Value> {
     m.insert("last_probe".into(), last_probe.unwrap_or(Value::Null));
     m.insert("last_change".into(), last_change.unwrap_or(Value::Null));
     m.insert("probe_results".into(), Value::Object(results));
+    if let Some(v) = &s.vantage {
+        m.insert("verdict".into(), json!({ "status": s.status.as_str(), "reason": v.reason }));
+        m.insert("vantage_points".into(), vantage_points(&v.views));
+    }
     m
 }
 
-fn rfc3339(t: SystemTime) -> String {
+/// Each vantage point's view: node, status, reason and since when.
+pub fn vantage_points(views: &[View]) -> Value {
+    let list = views.iter().map(|v| {
+        json!({ "node": v.node, "status": v.status.as_str(), "reason": v.reason, "at": rfc3339(v.at) })
+    });
+    Value::Array(list.collect())
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The verdict and vantage points of every probed endpoint of the profile `name` leads
+/// to, and of the profiles it nests, for the admin API's explain.
+pub fn vantage_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<EndpointHealth> {
+    let mut out = Vec::new();
+    let Some(first) = snap.profile_by_name(&WireName::from_name(name)) else { return out };
+    let (mut todo, mut seen) = (vec![first], vec![first]);
+    while let Some(id) = todo.pop() {
+        let p = &snap.profiles[id];
+        for ep in &p.endpoints {
+            if let Target::Nested(n) = &ep.target {
+                if !seen.contains(&n.child) {
+                    seen.push(n.child);
+                    todo.push(n.child);
+                }
+                continue;
+            }
+            let Some(state) = prober.endpoint_state(&p.name, &ep.name) else { continue };
+            let Some(v) = state.vantage else { continue };
+            let points = v.views.iter().map(|v| VantagePoint {
+                node: v.node.clone(),
+                status: v.status.as_str().to_string(),
+                reason: v.reason.clone(),
+                at: rfc3339(v.at),
+            });
+            out.push(EndpointHealth {
+                profile: p.name.clone(),
+                endpoint: ep.name.clone(),
+                status: state.status.as_str().to_string(),
+                reason: v.reason,
+                vantage_points: points.collect(),
+            });
+        }
+    }
+    out
 }

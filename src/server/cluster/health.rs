@@ -1,0 +1,729 @@
+//! Health agreed across replicas: this replica publishes its view of every probe under
+//! `<prefix>health/<probe id>/<node>` (under its lease, so a dead replica's views vanish
+//! with it), watches every replica's views, and gives the prober the verdict of the quorum
+//! rule over the fresh ones (`Consensus`), so that every replica serves the same statuses.
+//!
+//! Views are written only when they change, in transactions of at most `MAX_OPS`
+//! operations, and all of them again when a new lease replaces an expired one. While etcd
+//! is unreachable, or before the views were first read, each probe's own view decides
+//! alone; when etcd is back, the views are read again and every verdict re-evaluated.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use etcd_client::{EventType, PutOptions, Txn, TxnOp, WatchOptions};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::Session;
+use super::etcd::{Backoff, Entry, MAX_MESSAGE, fetch_prefix};
+use crate::model::Protocol;
+use crate::model::cluster::Quorum;
+use crate::model::vantage::{self, Verdict, View};
+use crate::probe::{Consensus, OwnView, ProbeKey, ProbeTarget, Prober};
+
+/// etcd's default limit of operations in one transaction (`--max-txn-ops`).
+pub const MAX_OPS: usize = 128;
+
+/// How long the writer waits after a change for more to come, so that probes changing
+/// together (a backend and its many endpoints failing) share a transaction.
+const GATHER: Duration = Duration::from_millis(100);
+
+/// How often the watcher looks at whether the session is connected: the session says so
+/// through a flag, and a watch stream on a dead connection may take long to fail.
+const CONNECTED_POLL: Duration = Duration::from_millis(200);
+
+/// The longest readable part of a probe id; the hash after it keeps ids distinct.
+const READABLE_MAX: usize = 100;
+
+/// The views of every replica, and this replica's own, for the probes it runs.
+pub struct HealthViews {
+    node: String,
+    quorum: Quorum,
+    /// `<prefix>health/`.
+    prefix: String,
+    state: Mutex<State>,
+    /// Wakes the writer when a view is to be written or deleted.
+    dirty: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// Probe id of each probe running here.
+    ids: HashMap<ProbeKey, String>,
+    /// This replica's view of each probe running here, by probe id.
+    own: HashMap<String, (ProbeKey, OwnView)>,
+    /// Probe ids whose own view must be written, or deleted when it is no longer in `own`.
+    dirty: HashSet<String>,
+    /// The value of each own view as last written under the current lease.
+    written: HashMap<String, String>,
+    /// The other replicas' views: probe id → node → view.
+    remote: HashMap<String, BTreeMap<String, View>>,
+    /// Whether the remote views count: they were read and etcd is reachable.
+    agreed: bool,
+}
+
+/// A view as stored in etcd (the node is the key's last part).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Stored {
+    status: String,
+    reason: String,
+    /// RFC 3339, UTC.
+    at: String,
+}
+
+impl HealthViews {
+    pub fn new(session: &Session) -> Arc<HealthViews> {
+        let settings = &session.settings;
+        HealthViews::of(&settings.node, settings.quorum, settings.etcd.health_prefix())
+    }
+
+    fn of(node: &str, quorum: Quorum, prefix: String) -> Arc<HealthViews> {
+        Arc::new(HealthViews {
+            node: node.to_string(),
+            quorum,
+            prefix,
+            state: Mutex::new(State::default()),
+            dirty: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many views of each replica count now (this one's: its running probes), by
+    /// node; only this replica's while the others' do not count.
+    pub fn view_counts(&self) -> BTreeMap<String, usize> {
+        let state = self.lock();
+        let mut counts = BTreeMap::new();
+        for nodes in state.remote.values().filter(|_| state.agreed) {
+            for node in nodes.keys() {
+                *counts.entry(node.clone()).or_insert(0) += 1;
+            }
+        }
+        counts.insert(self.node.clone(), state.own.len());
+        counts
+    }
+
+    fn own_view(&self, own: &OwnView) -> View {
+        View { node: self.node.clone(), status: own.status, reason: own.reason.clone(), at: own.at }
+    }
+
+    /// `key` of a probe's own view.
+    fn key_of(&self, id: &str) -> String {
+        format!("{}{id}/{}", self.prefix, self.node)
+    }
+
+    /// (probe id, node) of a key under the prefix.
+    fn parse_key<'a>(&self, key: &'a str) -> Option<(&'a str, &'a str)> {
+        key.strip_prefix(self.prefix.as_str())?.rsplit_once('/')
+    }
+
+    /// Replaces the other replicas' views with `entries` (a full read) and counts them
+    /// from now on; returns the probes whose views changed (all, if they did not count).
+    fn replace_remote(&self, entries: &[Entry]) -> Vec<ProbeKey> {
+        let mut remote: HashMap<String, BTreeMap<String, View>> = HashMap::new();
+        for e in entries {
+            let Some((id, node)) = self.parse_key(&e.key) else { continue };
+            if node == self.node {
+                continue;
+            }
+            if let Some(view) = decode(node, &e.value) {
+                remote.entry(id.to_string()).or_default().insert(node.to_string(), view);
+            }
+        }
+        let mut state = self.lock();
+        let was_agreed = std::mem::replace(&mut state.agreed, true);
+        let old = std::mem::replace(&mut state.remote, remote);
+        let affected = state
+            .own
+            .iter()
+            .filter(|(id, _)| !was_agreed || old.get(id.as_str()) != state.remote.get(id.as_str()));
+        affected.map(|(_, (key, _))| key.clone()).collect()
+    }
+
+    /// Applies watched changes; returns the probes running here whose views changed.
+    fn apply_events(&self, events: &[etcd_client::Event]) -> Vec<ProbeKey> {
+        let mut state = self.lock();
+        let mut ids = HashSet::new();
+        for event in events {
+            let Some(kv) = event.kv() else { continue };
+            let Ok(key) = kv.key_str() else { continue };
+            let Some((id, node)) = self.parse_key(key) else { continue };
+            if node == self.node {
+                continue;
+            }
+            match event.event_type() {
+                EventType::Put => {
+                    let Some(view) = decode(node, kv.value()) else { continue };
+                    state.remote.entry(id.to_string()).or_default().insert(node.to_string(), view);
+                }
+                EventType::Delete => {
+                    if let Some(nodes) = state.remote.get_mut(id) {
+                        nodes.remove(node);
+                        if nodes.is_empty() {
+                            state.remote.remove(id);
+                        }
+                    }
+                }
+            }
+            ids.insert(id.to_string());
+        }
+        ids.iter().filter_map(|id| state.own.get(id).map(|(key, _)| key.clone())).collect()
+    }
+
+    /// Stops counting the other replicas' views; returns whether they counted until now.
+    fn disagree(&self) -> bool {
+        std::mem::replace(&mut self.lock().agreed, false)
+    }
+
+    /// Marks every own view to be written again (the keys written under an expired lease
+    /// are gone).
+    fn rewrite_all(&self) {
+        let mut state = self.lock();
+        state.written.clear();
+        let ids: Vec<String> = state.own.keys().cloned().collect();
+        state.dirty.extend(ids);
+    }
+
+    /// Up to `MAX_OPS` pending writes and deletes: (probe id, value to write or `None` to
+    /// delete). Views whose value is already written are dropped from the pending set.
+    fn take_batch(&self) -> Vec<(String, Option<String>)> {
+        let mut state = self.lock();
+        let mut batch = Vec::new();
+        let pending: Vec<String> = state.dirty.iter().cloned().collect();
+        for id in pending {
+            if batch.len() == MAX_OPS {
+                break;
+            }
+            state.dirty.remove(&id);
+            let value = state.own.get(&id).map(|(_, own)| encode(own));
+            match (&value, state.written.get(&id)) {
+                (Some(v), Some(w)) if v == w => continue,
+                (None, None) => continue,
+                _ => batch.push((id, value)),
+            }
+        }
+        batch
+    }
+
+    /// Records a batch as written.
+    fn written(&self, batch: Vec<(String, Option<String>)>) {
+        let mut state = self.lock();
+        for (id, value) in batch {
+            match value {
+                Some(v) => state.written.insert(id, v),
+                None => state.written.remove(&id),
+            };
+        }
+    }
+
+    /// Puts a batch that could not be written back into the pending set.
+    fn retry(&self, batch: Vec<(String, Option<String>)>) {
+        let mut state = self.lock();
+        state.dirty.extend(batch.into_iter().map(|(id, _)| id));
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.lock().dirty.is_empty()
+    }
+
+    /// Writes this replica's views to etcd as they change, under the session's lease,
+    /// until `cancel`.
+    pub async fn write(self: Arc<HealthViews>, session: Arc<Session>, cancel: CancellationToken) {
+        let mut lease = session.lease();
+        let mut written_under = None;
+        let mut backoff = Backoff::default();
+        loop {
+            let current = *lease.borrow_and_update();
+            if let Some(id) = current
+                && written_under != Some(id)
+            {
+                self.rewrite_all();
+                written_under = Some(id);
+            }
+            let Some(lease_id) = current.filter(|_| self.has_pending()) else {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = self.dirty.notified() => {}
+                    _ = lease.changed() => {}
+                }
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(GATHER) => {}
+                }
+                continue;
+            };
+            let batch = self.take_batch();
+            if batch.is_empty() {
+                continue;
+            }
+            let ops: Vec<TxnOp> = batch
+                .iter()
+                .map(|(id, value)| match value {
+                    Some(v) => TxnOp::put(
+                        self.key_of(id),
+                        v.as_str(),
+                        Some(PutOptions::new().with_lease(lease_id)),
+                    ),
+                    None => TxnOp::delete(self.key_of(id), None),
+                })
+                .collect();
+            let mut kv = session.client.kv_client();
+            match kv.txn(Txn::new().and_then(ops)).await {
+                Ok(_) => {
+                    tracing::debug!(views = batch.len(), "health views written");
+                    self.written(batch);
+                    backoff.reset();
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, views = batch.len(), "cannot write health views; retrying");
+                    self.retry(batch);
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(backoff.next_delay()) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads and watches every replica's views until `cancel`, re-evaluating the verdicts
+    /// of the probes whose views change. While the session is not connected, the other
+    /// replicas' views do not count.
+    pub async fn watch(
+        self: Arc<HealthViews>,
+        session: Arc<Session>,
+        prober: Arc<Prober>,
+        cancel: CancellationToken,
+    ) {
+        let mut backoff = Backoff::default();
+        loop {
+            if !session.connected() {
+                if self.disagree() {
+                    tracing::info!(
+                        "health verdicts from this replica's own probes until etcd is back"
+                    );
+                    prober.republish_all();
+                }
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(CONNECTED_POLL) => continue,
+                }
+            }
+            let fetched = tokio::select! {
+                () = cancel.cancelled() => return,
+                f = fetch_prefix(&session.client, &self.prefix) => f,
+            };
+            let fetched = match fetched {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the health views; retrying");
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(backoff.next_delay()) => continue,
+                    }
+                }
+            };
+            let affected = self.replace_remote(&fetched.entries);
+            prober.republish(&affected);
+            let mut revision = fetched.revision;
+            loop {
+                match self.follow(&session, &prober, &mut revision, &mut backoff, &cancel).await {
+                    Followed::Cancelled => return,
+                    Followed::Refetch => break,
+                    Followed::Failed(e) => {
+                        tracing::debug!(error = %e, revision, "health watch failed; resuming");
+                        tokio::select! {
+                            () = cancel.cancelled() => return,
+                            () = tokio::time::sleep(backoff.next_delay()) => {}
+                        }
+                        if !session.connected() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Watches the views from `revision + 1` on, applying each change, until the watch
+    /// ends; `revision` follows the changes applied.
+    async fn follow(
+        &self,
+        session: &Session,
+        prober: &Prober,
+        revision: &mut i64,
+        backoff: &mut Backoff,
+        cancel: &CancellationToken,
+    ) -> Followed {
+        let options = WatchOptions::new().with_prefix().with_start_revision(*revision + 1);
+        let mut client = session.client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+        let mut stream = tokio::select! {
+            () = cancel.cancelled() => return Followed::Cancelled,
+            s = client.watch(self.prefix.as_str(), Some(options)) => match s {
+                Ok(s) => s,
+                Err(e) => return Followed::Failed(e.to_string()),
+            },
+        };
+        let mut poll = tokio::time::interval(CONNECTED_POLL);
+        loop {
+            let message = tokio::select! {
+                () = cancel.cancelled() => return Followed::Cancelled,
+                _ = poll.tick() => {
+                    if session.connected() { continue }
+                    return Followed::Refetch;
+                }
+                m = stream.message() => m,
+            };
+            let resp = match message {
+                Ok(Some(resp)) => resp,
+                Ok(None) => return Followed::Failed("the watch stream ended".into()),
+                Err(e) => return Followed::Failed(e.to_string()),
+            };
+            if resp.compact_revision() > 0 || resp.canceled() {
+                tracing::debug!(
+                    compacted = resp.compact_revision(),
+                    reason = resp.cancel_reason(),
+                    "health watch cancelled; reading the views again"
+                );
+                return Followed::Refetch;
+            }
+            backoff.reset();
+            let affected = self.apply_events(resp.events());
+            if let Some(h) = resp.header() {
+                *revision = (*revision).max(h.revision());
+            }
+            prober.republish(&affected);
+        }
+    }
+}
+
+/// How a watch ended.
+enum Followed {
+    Cancelled,
+    /// Compacted away, cancelled by etcd, or the session lost: read everything again.
+    Refetch,
+    /// Resume from the last revision seen.
+    Failed(String),
+}
+
+impl Consensus for HealthViews {
+    fn changed(&self, key: &ProbeKey, own: &OwnView) {
+        let mut state = self.lock();
+        let id = match state.ids.get(key) {
+            Some(id) => id.clone(),
+            None => {
+                let id = probe_id(key);
+                state.ids.insert(key.clone(), id.clone());
+                id
+            }
+        };
+        state.own.insert(id.clone(), (key.clone(), own.clone()));
+        state.dirty.insert(id);
+        drop(state);
+        self.dirty.notify_one();
+    }
+
+    fn stopped(&self, key: &ProbeKey) {
+        let mut state = self.lock();
+        if let Some(id) = state.ids.remove(key) {
+            state.own.remove(&id);
+            state.dirty.insert(id);
+        }
+        drop(state);
+        self.dirty.notify_one();
+    }
+
+    fn verdict(&self, key: &ProbeKey, own: &OwnView) -> Verdict {
+        let state = self.lock();
+        if !state.agreed {
+            let reason = format!("own view only (etcd unreachable): {}", own.reason);
+            return Verdict { status: own.status, reason };
+        }
+        vantage::verdict(self.quorum, &views(&state, &self.node, key, self.own_view(own)))
+    }
+
+    fn views(&self, key: &ProbeKey, own: &OwnView) -> Vec<View> {
+        let state = self.lock();
+        let mut all = views(&state, &self.node, key, self.own_view(own));
+        if !state.agreed {
+            all.retain(|v| v.node == self.node);
+        }
+        all.sort_by(|a, b| a.node.cmp(&b.node));
+        all
+    }
+}
+
+/// `own` and the other replicas' views of `key`.
+fn views(state: &State, node: &str, key: &ProbeKey, own: View) -> Vec<View> {
+    let others = state.ids.get(key).and_then(|id| state.remote.get(id));
+    let others = others.into_iter().flat_map(|m| m.values()).filter(|v| v.node != node);
+    std::iter::once(own).chain(others.cloned()).collect()
+}
+
+fn encode(own: &OwnView) -> String {
+    let stored = Stored {
+        status: own.status.as_str().to_string(),
+        reason: own.reason.clone(),
+        at: humantime::format_rfc3339_millis(own.at).to_string(),
+    };
+    serde_json::to_string(&stored).expect("a view encodes")
+}
+
+/// A stored view of `node`; `None` (and a debug line) when it is not one.
+fn decode(node: &str, value: &[u8]) -> Option<View> {
+    let parsed = serde_json::from_slice::<Stored>(value).ok().and_then(|s| {
+        let status = vantage::view_status(&s.status)?;
+        let at = humantime::parse_rfc3339_weak(&s.at).ok()?;
+        Some(View { node: node.to_string(), status, reason: s.reason, at })
+    });
+    if parsed.is_none() {
+        tracing::debug!(node, value = %String::from_utf8_lossy(value), "ignoring a health view that is not one");
+    }
+    parsed
+}
+
+/// A probe's id: the same on every replica whose configuration defines the probe the same
+/// way. A readable part (protocol, target, port and path) for people listing the keys,
+/// then a hash of the whole definition, since probes differing only in another monitor
+/// field are different probes. Only letters, digits and `.:-_[]` are kept as they are; every
+/// other byte is percent-encoded, so an id never holds `/`.
+pub fn probe_id(key: &ProbeKey) -> String {
+    let m = &key.monitor;
+    let protocol = protocol_text(m.protocol);
+    let target = match &key.target {
+        ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
+        other => other.to_string(),
+    };
+    let mut readable = format!("{protocol}:{target}:{}", m.port);
+    if m.protocol != Protocol::Tcp {
+        readable.push_str(&m.path);
+    }
+    let mut id = String::new();
+    for b in readable.bytes() {
+        if id.len() >= READABLE_MAX {
+            break;
+        }
+        if b.is_ascii_alphanumeric() || b".:-_[]".contains(&b) {
+            id.push(char::from(b));
+        } else {
+            id.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("{id}~{:016x}", crate::hash::hash_str(&definition(key)))
+}
+
+fn protocol_text(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Http => "http",
+        Protocol::Https => "https",
+        Protocol::Tcp => "tcp",
+    }
+}
+
+/// Every field of a probe's definition, each with its length, so that no two definitions
+/// give the same text.
+fn definition(key: &ProbeKey) -> String {
+    let m = &key.monitor;
+    let mut fields = vec![
+        key.target.to_string(),
+        protocol_text(m.protocol).to_string(),
+        m.port.to_string(),
+        m.path.clone(),
+        m.interval.as_millis().to_string(),
+        m.timeout.as_millis().to_string(),
+        m.tolerated_failures.to_string(),
+        m.tls_verify.to_string(),
+        m.body_contains.clone().map_or_else(|| "-".to_string(), |b| format!("+{b}")),
+    ];
+    fields.extend(m.expected_status.iter().map(|(lo, hi)| format!("s{lo}-{hi}")));
+    fields.extend(m.headers.iter().flat_map(|(k, v)| [format!("h{k}"), v.clone()]));
+    fields.iter().map(|f| format!("{}:{f};", f.len())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::model::Monitor;
+    use crate::model::health::Status;
+
+    fn key(target: &str, protocol: Protocol, port: u16, path: &str) -> ProbeKey {
+        let target = match target.parse::<IpAddr>() {
+            Ok(ip) => ProbeTarget::Ip(ip),
+            Err(_) => ProbeTarget::Host(crate::wire::name::WireName::parse(target).unwrap()),
+        };
+        ProbeKey {
+            target,
+            monitor: Monitor {
+                protocol,
+                port,
+                path: path.into(),
+                interval: Duration::from_secs(10),
+                timeout: Duration::from_secs(5),
+                tolerated_failures: 3,
+                expected_status: vec![(200, 299)],
+                headers: vec![],
+                body_contains: None,
+                tls_verify: false,
+            },
+        }
+    }
+
+    #[test]
+    fn probe_ids_are_readable_stable_and_distinct() {
+        let k = key("192.0.2.1", Protocol::Http, 80, "/health check");
+        let id = probe_id(&k);
+        assert!(id.starts_with("http:192.0.2.1:80%2Fhealth%20check~"), "{id}");
+        assert!(!id.contains('/'));
+        assert_eq!(id, probe_id(&k.clone()));
+        // Pinned: replicas of different builds must agree.
+        assert_eq!(id, "http:192.0.2.1:80%2Fhealth%20check~bec04d4c267c47fc");
+        let v6 = probe_id(&key("2001:db8::1", Protocol::Tcp, 443, "/ignored"));
+        assert!(v6.starts_with("tcp:[2001:db8::1]:443~"), "{v6}");
+        let host = probe_id(&key("www.example.net.", Protocol::Https, 443, "/"));
+        assert!(host.starts_with("https:www.example.net.:443%2F~"), "{host}");
+        // Any monitor field makes another probe.
+        let mut slower = k.clone();
+        slower.monitor.interval = Duration::from_secs(11);
+        assert_ne!(probe_id(&slower), id);
+        let mut header = k.clone();
+        header.monitor.headers = vec![("Host".into(), "a".into())];
+        assert_ne!(probe_id(&header), id);
+        let long = probe_id(&key("192.0.2.1", Protocol::Http, 80, &"/x".repeat(200)));
+        assert!(long.len() < READABLE_MAX + 30, "{long}");
+    }
+
+    #[test]
+    fn stored_views_round_trip() {
+        let own = OwnView {
+            status: Status::Degraded,
+            reason: "HTTP 503, expected 200-299".into(),
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+        };
+        let text = encode(&own);
+        assert_eq!(
+            text,
+            r#"{"status":"degraded","reason":"HTTP 503, expected 200-299","at":"2023-11-14T22:13:20.123Z"}"#
+        );
+        let view = decode("node-1", text.as_bytes()).unwrap();
+        assert_eq!(
+            (view.node.as_str(), view.status, view.reason.as_str(), view.at),
+            ("node-1", Status::Degraded, own.reason.as_str(), own.at)
+        );
+        assert!(
+            decode("n", br#"{"status":"stopped","reason":"","at":"2023-11-14T22:13:20Z"}"#)
+                .is_none()
+        );
+        assert!(decode("n", b"not json").is_none());
+    }
+
+    fn own(status: Status, reason: &str) -> OwnView {
+        OwnView { status, reason: reason.into(), at: SystemTime::UNIX_EPOCH }
+    }
+
+    fn entry(key: &str, value: &str) -> Entry {
+        Entry { key: key.into(), value: value.as_bytes().to_vec(), mod_revision: 1 }
+    }
+
+    /// Changed views go out in batches of at most `MAX_OPS`, a view already written is
+    /// not written again, a stopped probe's view is deleted, and a new lease rewrites all.
+    #[test]
+    fn views_are_written_on_change_in_bounded_batches() {
+        let views = HealthViews::of("node-0", Quorum::Majority, "/p/health/".into());
+        let keys: Vec<ProbeKey> = (0..300u16)
+            .map(|i| key(&format!("10.0.{}.{}", i / 256, i % 256), Protocol::Tcp, 80, "/"))
+            .collect();
+        for k in &keys {
+            views.changed(k, &own(Status::Checking, "not probed yet"));
+        }
+        let mut sizes = Vec::new();
+        loop {
+            let batch = views.take_batch();
+            if batch.is_empty() {
+                break;
+            }
+            sizes.push(batch.len());
+            assert!(
+                batch.iter().all(|(_, v)| v.as_deref().is_some_and(|v| v.contains("checking")))
+            );
+            views.written(batch);
+        }
+        assert_eq!(sizes, vec![128, 128, 44]);
+        // The same view again: nothing to write. A changed one and a stopped one: two ops.
+        views.changed(&keys[0], &own(Status::Checking, "not probed yet"));
+        views.changed(&keys[1], &own(Status::Online, "probe succeeded"));
+        views.stopped(&keys[2]);
+        let mut batch = views.take_batch();
+        batch.sort();
+        let id = |k: &ProbeKey| probe_id(k);
+        assert_eq!(batch.len(), 2, "{batch:?}");
+        assert!(batch.contains(&(id(&keys[2]), None)));
+        assert!(
+            batch
+                .iter()
+                .any(|(i, v)| *i == id(&keys[1])
+                    && v.as_deref().is_some_and(|v| v.contains("online")))
+        );
+        views.written(batch);
+        assert_eq!(views.view_counts().get("node-0"), Some(&299));
+        // A failed write is retried; a new lease rewrites every view.
+        views.changed(&keys[3], &own(Status::Degraded, "connection refused"));
+        let failed = views.take_batch();
+        views.retry(failed);
+        assert_eq!(views.take_batch().len(), 1);
+        views.rewrite_all();
+        let total: usize =
+            std::iter::from_fn(|| Some(views.take_batch()).filter(|b| !b.is_empty()))
+                .map(|b| b.len())
+                .sum();
+        assert_eq!(total, 299);
+        assert_eq!(views.key_of(&id(&keys[0])), format!("/p/health/{}/node-0", id(&keys[0])));
+    }
+
+    /// Until the views are read, a probe's own view decides; then every fresh view counts
+    /// (this replica's own keys in etcd are not read back: its own view is in memory).
+    #[test]
+    fn verdicts_count_the_views_read() {
+        let views = HealthViews::of("node-0", Quorum::Majority, "/p/health/".into());
+        let k = key("192.0.2.1", Protocol::Http, 80, "/");
+        let mine = own(Status::Degraded, "HTTP 503, expected 200-299");
+        views.changed(&k, &mine);
+        let alone = views.verdict(&k, &mine);
+        assert_eq!(alone.status, Status::Degraded);
+        assert_eq!(alone.reason, "own view only (etcd unreachable): HTTP 503, expected 200-299");
+        let id = probe_id(&k);
+        let online =
+            r#"{"status":"online","reason":"probe succeeded","at":"2024-01-01T00:00:00Z"}"#;
+        let entries = vec![
+            entry(&format!("/p/health/{id}/node-1"), online),
+            entry(&format!("/p/health/{id}/node-2"), online),
+            entry(&format!("/p/health/{id}/node-0"), online),
+            entry("/p/health/other~0/node-1", online),
+            entry(&format!("/p/health/{id}/node-3"), "garbage"),
+        ];
+        let affected = views.replace_remote(&entries);
+        assert_eq!(affected, vec![k.clone()]);
+        let v = views.verdict(&k, &mine);
+        assert_eq!(v.status, Status::Online);
+        assert_eq!(
+            v.reason,
+            "1 of 3 vantage points failing, not enough for quorum majority: node-0: HTTP 503, expected 200-299"
+        );
+        let nodes: Vec<String> = views.views(&k, &mine).into_iter().map(|v| v.node).collect();
+        assert_eq!(nodes, ["node-0", "node-1", "node-2"]);
+        let counts = views.view_counts();
+        assert_eq!((counts["node-0"], counts["node-1"], counts["node-2"]), (1, 2, 1));
+        // The same views again affect nothing; without etcd only the own view counts.
+        assert!(views.replace_remote(&entries).is_empty());
+        assert!(views.disagree());
+        assert_eq!(views.verdict(&k, &mine).status, Status::Degraded);
+        assert_eq!(views.views(&k, &mine).len(), 1);
+    }
+}

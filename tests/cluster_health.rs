@@ -1,0 +1,263 @@
+//! Health agreed across replicas, against a real etcd: three `steerdns serve` processes on
+//! 127.0.0.21..23, each probing from its own address (`probe.source_address`), and one
+//! HTTP backend that answers 503 to some of those addresses. Each quorum rule decides
+//! whether the replicas fail the endpoint over, all of them alike; a killed replica's
+//! views stop counting once its lease expires; without etcd each replica goes by its own
+//! probes, and agrees again when etcd is back.
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// Longest wait for the replicas to agree on something.
+const AGREE: Duration = Duration::from_secs(30);
+
+/// Polls `check` until it holds or `limit` passes.
+async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The probed endpoint: `main` on the backend's address, with `backup` (never probed)
+/// taking over when it fails.
+const MAIN: &str = "127.0.0.8";
+const BACKUP: &str = "127.0.0.9";
+
+struct Cluster {
+    etcd: Etcd,
+    backend: SourceBackend,
+    replicas: Vec<Replica>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    /// etcd, the backend and three replicas with `quorum`; `None` when etcd is missing.
+    async fn start(quorum: &str) -> Option<Cluster> {
+        let etcd = Etcd::start()?;
+        let backend = SourceBackend::start(MAIN).await;
+        let profile = format!(
+            "name: hc\nrouting: priority\nttl: 1\n\
+             monitor: {{ port: {}, path: /health, interval: 1s, timeout: 500ms, tolerated_failures: 0 }}\n\
+             endpoints:\n\
+             \x20 - {{ name: main, target: {MAIN} }}\n\
+             \x20 - {{ name: backup, target: {BACKUP}, always_serve: true }}\n",
+            backend.addr.port()
+        );
+        let mut replicas = Vec::new();
+        let mut dirs = Vec::new();
+        for i in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let source = format!("probe:\n  source_address: {}\n", replica_ip(i));
+            let (yaml, dns, admin) = replica_yaml(i, &etcd.url, "/hc/", &source);
+            let yaml = with_cluster_keys(&yaml, &format!("  health: {{ quorum: \"{quorum}\" }}\n"));
+            std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+            std::fs::write(dir.path().join("profiles/hc.yaml"), &profile).unwrap();
+            replicas.push(Replica::start(dir.path(), i, &yaml, dns, admin).await);
+            dirs.push(dir);
+        }
+        Some(Cluster { etcd, backend, replicas, _dirs: dirs })
+    }
+
+    /// 503 for the replicas at these positions, 200 for the others.
+    fn fail_for(&self, replicas: &[usize]) {
+        let ips: Vec<IpAddr> = replicas.iter().map(|&i| IpAddr::V4(replica_ip(i))).collect();
+        self.backend.fail_for(&ips);
+    }
+
+    /// Waits until every running replica in `which` sees the views of `nodes` with these
+    /// statuses (node, status), and no others.
+    async fn wait_views(&self, which: &[usize], want: &[(&str, &str)]) {
+        for &i in which {
+            let r = &self.replicas[i];
+            let what = format!("{} sees the views {want:?}", r.node);
+            eventually(AGREE, &what, async || views(r).await == want_views(want)).await;
+        }
+    }
+
+    /// Waits until every replica in `which` answers `hc` with `want`.
+    async fn wait_answers(&self, which: &[usize], want: &str) {
+        for &i in which {
+            let r = &self.replicas[i];
+            let what = format!("{} answers {want}", r.node);
+            eventually(AGREE, &what, async || answer(r).await == want).await;
+        }
+    }
+}
+
+fn want_views(want: &[(&str, &str)]) -> Vec<(String, String)> {
+    want.iter().map(|(n, s)| (n.to_string(), s.to_string())).collect()
+}
+
+/// The A answer of `hc` from replica `r`, as text (empty for NODATA).
+async fn answer(r: &Replica) -> String {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(r.addr).await.unwrap();
+    let Some(raw) = udp_exchange(&sock, &Q::new("hc.tm.example.test.", T_A).bytes()).await else {
+        return "no answer".into();
+    };
+    let addrs: Vec<String> = Reply::new(raw).addrs().iter().map(ToString::to_string).collect();
+    addrs.join(",")
+}
+
+/// The admin API's endpoint `main` of `hc` on `r`.
+async fn endpoint(r: &Replica) -> Value {
+    let resp = http_get(r.admin, "/api/v1/profiles/hc", None).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let body = resp.json();
+    let list = body["endpoints"].as_array().unwrap().clone();
+    list.into_iter().find(|e| e["name"] == "main").expect("endpoint main")
+}
+
+/// (node, status) of every vantage point `r` shows for `main`.
+async fn views(r: &Replica) -> Vec<(String, String)> {
+    let ep = endpoint(r).await;
+    let Some(list) = ep["vantage_points"].as_array() else { return Vec::new() };
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    list.iter().map(|v| (text(&v["node"]), text(&v["status"]))).collect()
+}
+
+const ALL: [usize; 3] = [0, 1, 2];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_one_failing_vantage_point_fails_nothing_over() {
+    let Some(c) = Cluster::start("majority").await else { return };
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_for(&[0]);
+    let seen = [("node-0", "degraded"), ("node-1", "online"), ("node-2", "online")];
+    c.wait_views(&ALL, &seen).await;
+    // Every replica counts node-0's failing view and still serves the endpoint.
+    for r in &c.replicas {
+        assert_eq!(answer(r).await, MAIN, "{}", r.node);
+        let ep = endpoint(r).await;
+        assert_eq!(ep["status"], "online", "{ep}");
+        assert_eq!(ep["verdict"]["status"], "online", "{ep}");
+        let reason = ep["verdict"]["reason"].as_str().unwrap();
+        assert_eq!(
+            reason,
+            "1 of 3 vantage points failing, not enough for quorum majority: node-0: HTTP 503, expected 200-299",
+        );
+        let points = ep["vantage_points"].as_array().unwrap();
+        assert_eq!(points[0]["reason"], "HTTP 503, expected 200-299", "{ep}");
+        assert!(points[0]["at"].as_str().unwrap().ends_with('Z'), "{ep}");
+    }
+    // The admin API's explain shows the same.
+    let r = &c.replicas[1];
+    let resp = http_get(r.admin, "/api/v1/explain?name=hc&client=192.0.2.1", None).await;
+    let body = resp.json();
+    let health = &body["health"][0];
+    assert_eq!((&health["endpoint"], &health["status"]), (&"main".into(), &"online".into()));
+    assert_eq!(health["vantage_points"].as_array().unwrap().len(), 3, "{body}");
+    let metrics = scrape(r.admin, None).await;
+    for node in ["node-0", "node-1", "node-2"] {
+        assert_eq!(metrics.sum("steerdns_cluster_views", &[("node", node)]), 1.0, "{node}");
+    }
+
+    // Two of three failing is a majority: every replica fails it over.
+    c.fail_for(&[0, 2]);
+    c.wait_answers(&ALL, BACKUP).await;
+    let ep = endpoint(&c.replicas[1]).await;
+    assert_eq!(ep["status"], "degraded", "{ep}");
+    let reason = ep["verdict"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("2 of 3 vantage points failing (quorum majority): node-0: "),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_one_failing_vantage_point_fails_over_everywhere() {
+    let Some(c) = Cluster::start("any").await else { return };
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_for(&[1]);
+    c.wait_answers(&ALL, BACKUP).await;
+    c.wait_views(&ALL, &[("node-0", "online"), ("node-1", "degraded"), ("node-2", "online")]).await;
+    c.fail_for(&[]);
+    c.wait_answers(&ALL, MAIN).await;
+}
+
+/// `all`: failed over only when every fresh view fails. A killed replica's view stops
+/// counting when its lease expires, so when it was the only healthy one, the others fail
+/// the endpoint over then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_needs_every_fresh_vantage_point_failing() {
+    let Some(mut c) = Cluster::start("all").await else { return };
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_for(&[1, 2]);
+    let seen = [("node-0", "online"), ("node-1", "degraded"), ("node-2", "degraded")];
+    c.wait_views(&ALL, &seen).await;
+    for r in &c.replicas {
+        assert_eq!(answer(r).await, MAIN, "{}", r.node);
+    }
+    c.fail_for(&[0, 1, 2]);
+    c.wait_answers(&ALL, BACKUP).await;
+    c.fail_for(&[1, 2]);
+    c.wait_answers(&ALL, MAIN).await;
+
+    c.replicas[0].kill();
+    c.wait_answers(&[1, 2], BACKUP).await;
+    c.wait_views(&[1, 2], &[("node-1", "degraded"), ("node-2", "degraded")]).await;
+    let ep = endpoint(&c.replicas[2]).await;
+    let reason = ep["verdict"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("2 of 2 vantage points failing (quorum all): "), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percent_quorums_count_the_share_of_failing_vantage_points() {
+    // One of three is 33%: enough for 33%.
+    let Some(c) = Cluster::start("33%").await else { return };
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_for(&[2]);
+    c.wait_answers(&ALL, BACKUP).await;
+    drop(c);
+    // Not enough for 50%.
+    let Some(c) = Cluster::start("50%").await else { return };
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_for(&[2]);
+    let seen = [("node-0", "online"), ("node-1", "online"), ("node-2", "degraded")];
+    c.wait_views(&ALL, &seen).await;
+    for r in &c.replicas {
+        assert_eq!(answer(r).await, MAIN, "{}", r.node);
+    }
+}
+
+/// Without etcd, each replica goes by its own probes: only the one that sees 503 fails
+/// the endpoint over; with etcd back, they agree again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_etcd_each_replica_goes_by_its_own_probes() {
+    let Some(mut c) = Cluster::start("majority").await else { return };
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_for(&[0]);
+    let seen = [("node-0", "degraded"), ("node-1", "online"), ("node-2", "online")];
+    c.wait_views(&ALL, &seen).await;
+    c.etcd.stop();
+    for r in &c.replicas {
+        let what = format!("{} disconnected", r.node);
+        let connected = async || scrape(r.admin, None).await.sum("steerdns_cluster_connected", &[]);
+        eventually(AGREE, &what, async || connected().await == 0.0).await;
+    }
+    c.wait_answers(&[0], BACKUP).await;
+    for i in [1, 2] {
+        let r = &c.replicas[i];
+        let node = r.node.clone();
+        c.wait_views(&[i], &[(node.as_str(), "online")]).await;
+        assert_eq!(answer(r).await, MAIN, "{}", r.node);
+    }
+    let ep = endpoint(&c.replicas[0]).await;
+    let reason = ep["verdict"]["reason"].as_str().unwrap();
+    assert_eq!(reason, "own view only (etcd unreachable): HTTP 503, expected 200-299");
+
+    c.etcd.start_again();
+    c.wait_views(&ALL, &seen).await;
+    c.wait_answers(&ALL, MAIN).await;
+    for r in &c.replicas {
+        let m = scrape(r.admin, None).await;
+        assert_eq!(m.sum("steerdns_cluster_connected", &[]), 1.0, "{}", r.node);
+    }
+}
