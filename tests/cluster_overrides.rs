@@ -13,19 +13,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
-const PROFILES: &str = "\
-name: prio
-routing: priority
-endpoints:
-  - { name: a, target: 192.0.2.1, always_serve: true }
-  - { name: b, target: 192.0.2.2, always_serve: true }
----
-name: split
-routing: weighted
-endpoints:
-  - { name: a, target: 192.0.2.11, always_serve: true }
-  - { name: b, target: 192.0.2.12, always_serve: true }
-";
+const PROFILES: &str = OVERRIDE_PROFILES;
 
 const ALICE: &str = "alice-t0ken-for-tests";
 

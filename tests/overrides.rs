@@ -14,19 +14,7 @@ use serde_json::{Value, json};
 const ADMIN: &str = "admin-t0ken-for-tests";
 const ALICE: &str = "alice-t0ken-for-tests";
 
-const PROFILES: &str = "\
-name: prio
-routing: priority
-endpoints:
-  - { name: a, target: 192.0.2.1, always_serve: true }
-  - { name: b, target: 192.0.2.2, always_serve: true }
----
-name: split
-routing: weighted
-endpoints:
-  - { name: a, target: 192.0.2.11, always_serve: true }
-  - { name: b, target: 192.0.2.12, always_serve: true }
-";
+const PROFILES: &str = OVERRIDE_PROFILES;
 
 /// Longest wait for something the server does within a few probe intervals.
 const PATIENCE: Duration = Duration::from_secs(15);

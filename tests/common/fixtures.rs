@@ -243,3 +243,19 @@ pub fn located(errors: &steerdns::config::ConfigErrors) -> Vec<String> {
         })
         .collect()
 }
+
+/// Two profiles of always-served endpoints `a` and `b` (priority `prio`, weighted
+/// `split`), for the override tests.
+pub const OVERRIDE_PROFILES: &str = "\
+name: prio
+routing: priority
+endpoints:
+  - { name: a, target: 192.0.2.1, always_serve: true }
+  - { name: b, target: 192.0.2.2, always_serve: true }
+---
+name: split
+routing: weighted
+endpoints:
+  - { name: a, target: 192.0.2.11, always_serve: true }
+  - { name: b, target: 192.0.2.12, always_serve: true }
+";

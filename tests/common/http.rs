@@ -145,6 +145,22 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
+/// Reads a request head from `conn` (up to 16 KiB) and answers it with `status`, body
+/// `ok`, closing the connection.
+async fn answer_ok(conn: &mut tokio::net::TcpStream, status: u16) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
+        match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let reply = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    let _ = conn.write_all(reply.as_bytes()).await;
+    let _ = conn.shutdown().await;
+}
+
 /// A real HTTP backend for health probes: answers every request with the status set last
 /// (200 at first) and closes the connection, until `stop`, after which its port refuses
 /// connections.
@@ -165,21 +181,7 @@ impl HttpBackend {
         let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let status = answer_with.load(Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let reply = format!(
-                        "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-                    );
-                    let _ = conn.write_all(reply.as_bytes()).await;
-                    let _ = conn.shutdown().await;
-                });
+                tokio::spawn(async move { answer_ok(&mut conn, status).await });
             }
         });
         HttpBackend { addr, status, task }
@@ -215,23 +217,8 @@ impl SourceBackend {
         let list = failing.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut conn, peer)) = listener.accept().await {
-                let fail = list.lock().unwrap().contains(&peer.ip());
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let status = if fail { 503 } else { 200 };
-                    let reply = format!(
-                        "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-                    );
-                    let _ = conn.write_all(reply.as_bytes()).await;
-                    let _ = conn.shutdown().await;
-                });
+                let status = if list.lock().unwrap().contains(&peer.ip()) { 503 } else { 200 };
+                tokio::spawn(async move { answer_ok(&mut conn, status).await });
             }
         });
         SourceBackend { addr, failing, task }
