@@ -81,6 +81,22 @@ impl Cluster {
         }
     }
 
+    /// Waits until the verdict of every replica in `which` says the failing views are not
+    /// enough: the views seen have been judged, not only read.
+    async fn wait_short_of_quorum(&self, which: &[usize]) {
+        for &i in which {
+            let r = &self.replicas[i];
+            let what = format!("{} judges the views short of quorum", r.node);
+            let short = async || {
+                let ep = endpoint(r).await;
+                ep["verdict"]["reason"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("not enough for quorum"))
+            };
+            eventually(AGREE, &what, short).await;
+        }
+    }
+
     /// Waits until every replica in `which` answers `hc` with `want`.
     async fn wait_answers(&self, which: &[usize], want: &str) {
         for &i in which {
@@ -132,6 +148,7 @@ async fn majority_one_failing_vantage_point_fails_nothing_over() {
     c.fail_for(&[0]);
     let seen = [("node-0", "degraded"), ("node-1", "online"), ("node-2", "online")];
     c.wait_views(&ALL, &seen).await;
+    c.wait_short_of_quorum(&ALL).await;
     // Every replica counts node-0's failing view and still serves the endpoint.
     for r in &c.replicas {
         assert_eq!(answer(r).await, MAIN, "{}", r.node);
@@ -192,6 +209,7 @@ async fn all_needs_every_fresh_vantage_point_failing() {
     c.fail_for(&[1, 2]);
     let seen = [("node-0", "online"), ("node-1", "degraded"), ("node-2", "degraded")];
     c.wait_views(&ALL, &seen).await;
+    c.wait_short_of_quorum(&ALL).await;
     for r in &c.replicas {
         assert_eq!(answer(r).await, MAIN, "{}", r.node);
     }
@@ -222,6 +240,7 @@ async fn percent_quorums_count_the_share_of_failing_vantage_points() {
     c.fail_for(&[2]);
     let seen = [("node-0", "online"), ("node-1", "online"), ("node-2", "degraded")];
     c.wait_views(&ALL, &seen).await;
+    c.wait_short_of_quorum(&ALL).await;
     for r in &c.replicas {
         assert_eq!(answer(r).await, MAIN, "{}", r.node);
     }

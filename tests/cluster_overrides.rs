@@ -278,6 +278,11 @@ async fn an_override_this_configuration_cannot_apply_stays_in_etcd_and_is_report
     let dropped: Vec<String> =
         actions(r.admin).await.into_iter().filter(|a| a.starts_with("override_dropped")).collect();
     assert_eq!(dropped, [format!("override_dropped {}/zzz by -", fq("prio"))]);
+    // The log lines are read by another thread: wait for the last change's, then count.
+    r.wait_line("the undrain", |l| {
+        l.contains("endpoint override changed") && l.contains("undrain")
+    })
+    .await;
     let log = r.stderr_text();
     let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
     assert_eq!(lines("run-time override dropped"), 1, "{log}");

@@ -57,10 +57,12 @@ impl RemoteProfiles {
     }
 }
 
-/// The cache file is read before `limits:` is known: as large as the largest total of
-/// profile files a load accepts by default.
+/// The cache file is read before `limits:` is known. JSON escaping makes it larger than
+/// the texts it holds: room for the largest total of profile files a load accepts by
+/// default (256 MiB) written out twice over. `write_cache` refuses to write a larger one,
+/// which could not be read back.
 const CACHE_FILE_LIMIT: Limit =
-    Limit { bytes: 256 << 20, set_by: "the fixed limit for the cluster cache file" };
+    Limit { bytes: 512 << 20, set_by: "the fixed limit for the cluster cache file" };
 
 /// The cache file as written: `prefix` guards against a file left by another cluster
 /// configuration.
@@ -99,12 +101,19 @@ pub fn read_cache(path: &Path, prefix: &str) -> Result<Option<RemoteProfiles>, C
 /// old copy or the new one.
 pub fn write_cache(path: &Path, prefix: &str, profiles: &RemoteProfiles) -> std::io::Result<()> {
     let cache = CacheFile { prefix: prefix.to_string(), profiles: profiles.clone() };
+    let mut json = serde_json::to_vec(&cache)?;
+    json.push(b'\n');
+    if json.len() as u64 > CACHE_FILE_LIMIT.bytes {
+        let message = format!(
+            "the cache would hold {} bytes, more than the {} bytes a start can read back",
+            json.len(),
+            CACHE_FILE_LIMIT.bytes
+        );
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
+    }
     let tmp = path.with_extension("json.tmp");
-    // Buffered: serde_json writes each token on its own, a system call each without it.
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-    serde_json::to_writer(&mut f, &cache)?;
-    f.write_all(b"\n")?;
-    let f = f.into_inner().map_err(|e| e.into_error())?;
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&json)?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)?;

@@ -25,6 +25,8 @@ pub struct Replica {
     pub dir: PathBuf,
     child: Option<Child>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The thread collecting stderr: done once the process exited and every line is in.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The address of replica `i` (from 0): 127.0.0.(21 + i).
@@ -111,7 +113,7 @@ impl Replica {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let lines = stderr.clone();
         let pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for l in BufReader::new(pipe).lines() {
                 let Ok(l) = l else { break };
                 lines.lock().unwrap().push(l);
@@ -124,6 +126,7 @@ impl Replica {
             dir: dir.to_path_buf(),
             child: Some(child),
             stderr,
+            reader: Some(reader),
         }
     }
 
@@ -168,8 +171,10 @@ impl Replica {
         let child = self.child.as_mut().expect("running");
         loop {
             if let Some(status) = child.try_wait().unwrap() {
-                // Let the reader thread take the last lines.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // The pipe is closed: the reader ends once it has taken the last lines.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
                 return status.code();
             }
             assert!(started.elapsed() < REPLICA_PATIENCE, "{} did not exit", self.node);

@@ -395,7 +395,18 @@ impl HealthViews {
             }
             backoff.reset();
             let affected = self.apply_events(resp.events());
-            if let Some(h) = resp.header() {
+            // Only what was received counts as seen: the header of the response that
+            // creates the watch, or of a batch cut short, is ahead of events still to come.
+            for ev in resp.events() {
+                if let Some(kv) = ev.kv() {
+                    *revision = (*revision).max(kv.mod_revision());
+                }
+            }
+            // A progress notice: every event up to its revision has been sent.
+            if resp.events().is_empty()
+                && !resp.created()
+                && let Some(h) = resp.header()
+            {
                 *revision = (*revision).max(h.revision());
             }
             prober.republish(&affected);

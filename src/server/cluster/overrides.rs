@@ -105,6 +105,8 @@ async fn ask<T>(
     }
 }
 
+const WARNED_KEYS: usize = 10_000;
+
 /// Follows `<prefix>overrides/` for one replica: what it last read there, and from which
 /// revision on it watches.
 pub struct Follower {
@@ -114,8 +116,9 @@ pub struct Follower {
     /// The prefix as read, and its revision, until the watch starts from there.
     read: Option<(View, i64)>,
     backoff: Backoff,
-    /// Keys already warned about, so that a key that stays wrong is logged once.
-    warned: HashSet<(String, String)>,
+    /// Keys already warned about, so that a key that stays wrong is logged once (at most
+    /// `WARNED_KEYS`; then forgotten, so that warnings come again rather than memory grow).
+    warned: HashSet<String>,
 }
 
 impl Follower {
@@ -190,7 +193,10 @@ impl Follower {
     }
 
     fn warn(&mut self, key: &str, why: String) {
-        if self.warned.insert((key.to_string(), why.clone())) {
+        if self.warned.len() >= WARNED_KEYS {
+            self.warned.clear();
+        }
+        if self.warned.insert(key.to_string()) {
             tracing::warn!(%key, why, "etcd key under overrides/ ignored");
         }
     }
