@@ -749,3 +749,27 @@ async fn the_cluster_api_without_cluster_is_null_and_needs_the_token() {
     assert_eq!(r.json(), serde_json::json!({ "cluster": null }));
     h.stop().await;
 }
+
+/// An etcd that holds its connections and never answers, as behind a network partition
+/// (frozen with SIGSTOP): stopping a replica does not wait for its calls in flight.
+#[tokio::test]
+async fn a_replica_stops_in_time_while_etcd_does_not_answer() {
+    let Some(etcd) = Etcd::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, dns, admin) = replica_yaml(0, &etcd.url, "/silent/", "");
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    for (name, text) in DEFAULT_PROFILES {
+        std::fs::write(dir.path().join("profiles").join(name), text).unwrap();
+    }
+    let mut r = Replica::start(dir.path(), 0, &yaml, dns, admin).await;
+    let connected = async || metric(r.admin, "steerdns_cluster_connected").await;
+    eventually(Duration::from_secs(10), "connected", async || connected().await == 1.0).await;
+    etcd.pause();
+    eventually(Duration::from_secs(10), "disconnected", async || connected().await == 0.0).await;
+    r.sigterm();
+    let code = r.wait_exit().await;
+    etcd.resume();
+    let log = r.stderr_text();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("did not stop in time"), "{log}");
+}

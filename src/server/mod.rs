@@ -62,6 +62,9 @@ pub struct Server {
     /// The UDP workers and the pre-signer, joined at shutdown.
     threads: Vec<JoinHandle<()>>,
     tasks: JoinSet<()>,
+    /// The tasks that talk to etcd: a call in flight to an unreachable etcd may not end
+    /// soon after the cancellation, so shutdown waits for them at most `CLUSTER_STOP`.
+    cluster_tasks: JoinSet<()>,
     /// The dnstap writer, when `log.dnstap` is set; closed after the listeners.
     tap: Option<Tap>,
     _watcher: Option<notify::RecommendedWatcher>,
@@ -128,6 +131,7 @@ impl Server {
             cancel,
             threads: Vec::new(),
             tasks: JoinSet::new(),
+            cluster_tasks: JoinSet::new(),
             tap,
             _watcher: None,
         };
@@ -150,17 +154,17 @@ impl Server {
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
-            server.tasks.spawn(session.clone().run(server.cancel.clone()));
+            server.cluster_tasks.spawn(session.clone().run(server.cancel.clone()));
             if let Some(views) = views {
                 let (cancel, prober) = (server.cancel.clone(), server.control.prober.clone());
-                server.tasks.spawn(views.clone().write(session.clone(), cancel.clone()));
-                server.tasks.spawn(views.clone().watch(session.clone(), prober, cancel));
+                server.cluster_tasks.spawn(views.clone().write(session.clone(), cancel.clone()));
+                server.cluster_tasks.spawn(views.clone().watch(session.clone(), prober, cancel));
                 let _ = server.control.health_views.set(views);
             }
             let (control, cancel) = (server.control.clone(), server.cancel.clone());
             if let Some(seen) = watch_from {
                 let s = session.clone();
-                server.tasks.spawn(cluster::profiles::watch(
+                server.cluster_tasks.spawn(cluster::profiles::watch(
                     control.clone(),
                     s,
                     seen,
@@ -168,10 +172,10 @@ impl Server {
                 ));
             }
             let record = server.node_record(&session);
-            server.tasks.spawn(cluster::nodes::run(control, session, record, cancel));
+            server.cluster_tasks.spawn(cluster::nodes::run(control, session, record, cancel));
         }
         if let Some(follower) = follower {
-            server.tasks.spawn(follower.run(server.cancel.clone()));
+            server.cluster_tasks.spawn(follower.run(server.cancel.clone()));
         }
         server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
             Ok(w) => Some(w),
@@ -302,6 +306,10 @@ impl Server {
     /// what they logged and closes its stream.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
+        let cluster = async { while self.cluster_tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(CLUSTER_STOP, cluster).await.is_err() {
+            self.cluster_tasks.abort_all();
+        }
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
         let threads = std::mem::take(&mut self.threads);
@@ -337,6 +345,10 @@ fn unavailable(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::AddrNotAvailable
         || matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL))
 }
+
+/// How long shutdown waits for the tasks that talk to etcd (the lease's revocation
+/// included) before it drops them.
+const CLUSTER_STOP: Duration = Duration::from_millis(1500);
 
 /// How long `serve` waits for listeners and probes to stop after SIGTERM or SIGINT.
 pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);

@@ -95,6 +95,23 @@ impl Etcd {
         }
     }
 
+    /// Freezes etcd (SIGSTOP): connections stay open and nothing answers, as behind a
+    /// network partition. `resume` thaws it.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("etcd is running");
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "cannot signal etcd");
+    }
+
     fn wait_healthy(&mut self) {
         let started = Instant::now();
         loop {

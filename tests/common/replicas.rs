@@ -190,6 +190,13 @@ impl Replica {
         }
     }
 
+    /// Sends SIGTERM and returns at once (`wait_exit` waits).
+    pub fn sigterm(&self) {
+        let c = self.child.as_ref().expect("running");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
     /// SIGTERM, then waits for the exit.
     pub fn terminate(&mut self) {
         if let Some(mut c) = self.child.take() {
