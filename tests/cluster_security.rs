@@ -51,8 +51,11 @@ async fn resolve(addr: SocketAddr, name: &str) -> Vec<String> {
     Reply::new(raw).answer_strings()
 }
 
-/// Writes the default profiles into `dir` (and `extra` as `extra.yaml`).
+/// Makes the default profiles (and `extra` as `extra.yaml`) the only files of `dir`.
 fn write_default_profiles(dir: &Path, extra: Option<&str>) {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
     std::fs::create_dir_all(dir).unwrap();
     for (name, text) in DEFAULT_PROFILES {
         std::fs::write(dir.join(name), text).unwrap();
@@ -139,19 +142,36 @@ async fn replicas_reach_etcd_over_tls_only_with_the_right_authority() {
 
 const ROOT_PASSWORD: &str = "root secret";
 const REPLICA_PASSWORD: &str = "replica secret";
+const OPERATOR_PASSWORD: &str = "operator secret";
 
-/// Enables authentication on `url`'s etcd: `root` (role root) and `steerdns`, whose role
-/// may read and write `prefix` and nothing else.
+/// Enables authentication on `url`'s etcd with the users docs/cluster.md describes: `root`
+/// (role root); `steerdns` for the replicas, who may read and write `prefix`; and
+/// `operator` for `steerdns cluster`, who may read `prefix` and write only the profiles and
+/// the push marker.
 async fn enable_auth(url: &str, prefix: &str) {
     let mut c = Client::connect([url], None).await.unwrap();
     c.user_add("root", ROOT_PASSWORD, None).await.unwrap();
     c.user_grant_role("root", "root").await.unwrap();
-    c.role_add("steerdns").await.unwrap();
-    c.role_grant_permission("steerdns", Permission::read_write(prefix).with_prefix())
-        .await
-        .unwrap();
-    c.user_add("steerdns", REPLICA_PASSWORD, None).await.unwrap();
-    c.user_grant_role("steerdns", "steerdns").await.unwrap();
+    let roles = [
+        ("steerdns", REPLICA_PASSWORD, vec![Permission::read_write(prefix).with_prefix()]),
+        (
+            "operator",
+            OPERATOR_PASSWORD,
+            vec![
+                Permission::read(prefix).with_prefix(),
+                Permission::read_write(format!("{prefix}profiles/")).with_prefix(),
+                Permission::read_write(format!("{prefix}pushed")),
+            ],
+        ),
+    ];
+    for (name, password, permissions) in roles {
+        c.role_add(name).await.unwrap();
+        for p in permissions {
+            c.role_grant_permission(name, p).await.unwrap();
+        }
+        c.user_add(name, password, None).await.unwrap();
+        c.user_grant_role(name, name).await.unwrap();
+    }
     c.auth_enable().await.unwrap();
 }
 
@@ -217,6 +237,34 @@ async fn replicas_log_in_with_a_user_that_may_use_only_their_prefix() {
     let second = pushed_revision(&out);
     eventually(SPREAD, "the second push served", async || revision(admin).await == second).await;
 
+    // The operator's role is enough for every command; it cannot write elsewhere.
+    let ops = tempfile::tempdir().unwrap();
+    let (yaml, _, _) = replica_yaml_etcd(8, &etcd.url, "/auth/", "");
+    write_replica_dir(ops.path(), &with_user(ops.path(), &yaml, "operator", OPERATOR_PASSWORD));
+    let ops_config = ops.path().join("steerdns.yaml");
+    write_default_profiles(&src, None);
+    let (code, out, err) = push(&ops_config, &src).await;
+    assert_eq!(code, Some(0), "push as operator failed:\n{out}\n{err}");
+    let third = pushed_revision(&out);
+    eventually(SPREAD, "the operator's push served", async || revision(admin).await == third).await;
+    let pulled = ops.path().join("pulled");
+    for args in [vec!["status"], vec!["pull", pulled.to_str().unwrap()]] {
+        let mut all = vec!["cluster"];
+        all.extend(args);
+        all.extend(["-c", ops_config.to_str().unwrap()]);
+        let (code, out, err) = run_steerdns(&all).await;
+        assert_eq!(code, Some(0), "{all:?} as operator failed:\n{out}\n{err}");
+    }
+    assert!(pulled.join("priority.yaml").exists());
+    let mut operator = Client::connect(
+        [&etcd.url],
+        Some(etcd_client::ConnectOptions::new().with_user("operator", OPERATOR_PASSWORD)),
+    )
+    .await
+    .unwrap();
+    let denied = operator.put("/auth/nodes/node-0", "x", None).await.unwrap_err();
+    assert!(denied.to_string().contains("permission denied"), "{denied}");
+
     // Started while etcd is down, it serves its cache file and logs in once etcd is back.
     replica.kill();
     etcd.stop();
@@ -224,8 +272,8 @@ async fn replicas_log_in_with_a_user_that_may_use_only_their_prefix() {
     replica
         .wait_line("the cache warning", |l| l.contains("serving the profiles of the cache file"))
         .await;
-    assert_eq!(revision(admin).await, second);
-    assert_eq!(resolve(replica.addr, "extra").await, ["A 192.0.2.77"]);
+    assert_eq!(revision(admin).await, third);
+    assert_eq!(resolve(replica.addr, "www").await, ["A 192.0.2.10"]);
     etcd.start_again();
     eventually(SPREAD, "connected after a start from the cache", async || {
         connected(admin).await == 1.0
