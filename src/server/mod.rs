@@ -80,8 +80,14 @@ impl Server {
         let settings = blocking(move || config::cluster_settings(&path)).await?;
         let session = match settings {
             Some(s) => {
-                let client = cluster::etcd::connect(&s.etcd).await?;
-                Some(cluster::Session::new(Arc::new(s), client))
+                let client = cluster::etcd::client(&s.etcd).await?;
+                let session = cluster::Session::new(Arc::new(s), client);
+                // A refused login is a mistake to report now; an etcd that does not
+                // answer is an outage, which the session rides out (it logs in later).
+                match session.log_in().await {
+                    Err(e) if e.is_refused_login() => return Err(e.into()),
+                    _ => Some(session),
+                }
             }
             None => None,
         };

@@ -1,13 +1,17 @@
 //! A real etcd for the cluster tests: a single member on free loopback ports with a
 //! temporary data directory, started from Debian's `etcd-server` binary. `Etcd::start`
 //! returns `None` (after printing why) when etcd is not installed; `stop` and `start_again`
-//! take it down and bring it back on the same ports and data.
+//! take it down and bring it back on the same ports and data. `Etcd::start_tls` serves
+//! clients over TLS only, asking them for a certificate of `TestPki`'s authority.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
 use super::daemon::{find_binary, free_port};
 
@@ -15,7 +19,7 @@ use super::daemon::{find_binary, free_port};
 const ETCD_READY: Duration = Duration::from_secs(20);
 
 pub struct Etcd {
-    /// `http://127.0.0.1:PORT`, for `cluster.etcd.endpoints`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), for `cluster.etcd.endpoints`.
     pub url: String,
     pub client: SocketAddr,
     peer: SocketAddr,
@@ -23,6 +27,8 @@ pub struct Etcd {
     extra: Vec<String>,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// With TLS: how the health probe connects (the test CA, a client certificate).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Etcd {
@@ -35,6 +41,27 @@ impl Etcd {
 
     /// As `start`, with more command-line flags (`--max-request-bytes=…`).
     pub fn start_with(extra: &[&str]) -> Option<Etcd> {
+        Etcd::launch(extra, None)
+    }
+
+    /// As `start`, serving clients over TLS with `pki`'s server certificate and accepting
+    /// only clients with a certificate of its authority (`--client-cert-auth`).
+    pub fn start_tls(pki: &TestPki) -> Option<Etcd> {
+        let path = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
+        let flags = [
+            "--cert-file".to_string(),
+            path(&pki.server_cert),
+            "--key-file".into(),
+            path(&pki.server_key),
+            "--trusted-ca-file".into(),
+            path(&pki.ca),
+            "--client-cert-auth".into(),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Etcd::launch(&flags, Some(pki.health_client()))
+    }
+
+    fn launch(extra: &[&str], tls: Option<Arc<rustls::ClientConfig>>) -> Option<Etcd> {
         let Some(bin) = find_binary("etcd") else {
             let required = std::env::var_os("STEERDNS_REQUIRE_ETCD").is_some_and(|v| v == "1");
             assert!(
@@ -46,14 +73,16 @@ impl Etcd {
         };
         let client = free_port(Ipv4Addr::LOCALHOST);
         let peer = free_port(Ipv4Addr::LOCALHOST);
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let mut etcd = Etcd {
-            url: format!("http://{client}"),
+            url: format!("{scheme}://{client}"),
             client,
             peer,
             bin,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             dir: tempfile::tempdir().expect("tempdir"),
+            tls,
         };
         etcd.start_again();
         Some(etcd)
@@ -62,7 +91,7 @@ impl Etcd {
     /// Starts the stopped etcd again, on the same ports and data directory.
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "etcd is running");
-        let (client, peer) = (format!("http://{}", self.client), format!("http://{}", self.peer));
+        let (client, peer) = (self.url.clone(), format!("http://{}", self.peer));
         let log = |name: &str| {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -137,9 +166,21 @@ impl Etcd {
         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
         let req = format!("GET /health HTTP/1.0\r\nHost: {}\r\n\r\n", self.client);
         let mut reply = String::new();
-        s.write_all(req.as_bytes()).is_ok()
-            && s.read_to_string(&mut reply).is_ok()
-            && reply.contains("\"health\":\"true\"")
+        match &self.tls {
+            None => {
+                s.write_all(req.as_bytes()).is_ok()
+                    && s.read_to_string(&mut reply).is_ok()
+                    && reply.contains("\"health\":\"true\"")
+            }
+            Some(config) => {
+                let name = ServerName::IpAddress(self.client.ip().into());
+                let mut conn = rustls::ClientConnection::new(config.clone(), name).expect("TLS");
+                let mut tls = rustls::Stream::new(&mut conn, &mut s);
+                // etcd may close without a TLS close_notify: what was read counts.
+                let _ = tls.write_all(req.as_bytes()).and_then(|_| tls.read_to_string(&mut reply));
+                reply.contains("\"health\":\"true\"")
+            }
+        }
     }
 
     /// The end of etcd's output, for failure messages.
@@ -147,6 +188,82 @@ impl Etcd {
         let text = std::fs::read_to_string(self.dir.path().join("stderr.txt")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+/// A certificate authority with a server certificate for 127.0.0.1 and a client
+/// certificate, and a second, unrelated authority: PEM files in a temporary directory, for
+/// `Etcd::start_tls` and `cluster.etcd.tls`.
+pub struct TestPki {
+    pub dir: tempfile::TempDir,
+    /// The authority that signed the server and client certificates.
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    /// An authority that signed neither.
+    pub other_ca: PathBuf,
+    ca_der: CertificateDer<'static>,
+    client_der: CertificateDer<'static>,
+    client_key_der: Vec<u8>,
+}
+
+impl TestPki {
+    pub fn new() -> TestPki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, pem: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, pem).expect("write PEM");
+            path
+        };
+        let authority = |name: &str| {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.distinguished_name.push(rcgen::DnType::CommonName, name);
+            let key = rcgen::KeyPair::generate().unwrap();
+            rcgen::CertifiedIssuer::self_signed(params, key).unwrap()
+        };
+        let ca = authority("steerdns test CA");
+        let other = authority("another CA");
+        let leaf = |names: Vec<String>, cn: &str, usage| {
+            let mut params = rcgen::CertificateParams::new(names).unwrap();
+            params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            params.extended_key_usages = vec![usage];
+            let key = rcgen::KeyPair::generate().unwrap();
+            (params.signed_by(&key, &ca).unwrap(), key)
+        };
+        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let (server, server_key) = leaf(names, "etcd", rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+        let (client, client_key) =
+            leaf(vec![], "steerdns-client", rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+        TestPki {
+            ca: write("ca.pem", ca.pem()),
+            server_cert: write("server.pem", server.pem()),
+            server_key: write("server-key.pem", server_key.serialize_pem()),
+            client_cert: write("client.pem", client.pem()),
+            client_key: write("client-key.pem", client_key.serialize_pem()),
+            other_ca: write("other-ca.pem", other.pem()),
+            ca_der: ca.der().clone(),
+            client_der: client.der().clone(),
+            client_key_der: client_key.serialize_der(),
+            dir,
+        }
+    }
+
+    /// A rustls client trusting the authority and showing the client certificate.
+    fn health_client(&self) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_der.clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.client_key_der.clone()));
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(vec![self.client_der.clone()], key)
+            .unwrap();
+        Arc::new(config)
     }
 }
 

@@ -20,6 +20,8 @@ const PAGE: i64 = 1000;
 pub enum EtcdError {
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
+    #[error("etcd did not let user {user:?} log in: {source}")]
+    LogIn { user: String, source: etcd_client::Error },
     #[error("cannot read {}: {source}", path.display())]
     File { path: std::path::PathBuf, source: std::io::Error },
     #[error("etcd key {key:?} is not UTF-8")]
@@ -28,14 +30,38 @@ pub enum EtcdError {
     Timeout(std::time::Duration),
 }
 
-/// A client for `settings`. Without user authentication nothing is sent yet: the channel
-/// connects on first use and reconnects by itself after etcd comes back.
-pub async fn connect(settings: &EtcdSettings) -> Result<Client, EtcdError> {
+impl EtcdError {
+    /// Whether etcd answered and refused the login (a wrong user or password, or
+    /// authentication not enabled in etcd), rather than not being reached: a mistake in
+    /// the configuration, not an outage to ride out.
+    pub fn is_refused_login(&self) -> bool {
+        use etcd_client::Error::GRpcStatus;
+        use tonic::Code;
+        match self {
+            EtcdError::LogIn { source: GRpcStatus(status), .. } => matches!(
+                status.code(),
+                Code::InvalidArgument
+                    | Code::FailedPrecondition
+                    | Code::PermissionDenied
+                    | Code::Unauthenticated
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// A client for `settings`. Nothing is sent yet: the channel connects on first use and
+/// reconnects by itself after etcd comes back. With a user (`cluster.etcd.username`),
+/// requests carry no token until `log_in` succeeds.
+pub async fn client(settings: &EtcdSettings) -> Result<Client, EtcdError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(10))
         .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
-        .with_keep_alive_while_idle(true);
+        .with_keep_alive_while_idle(true)
+        // After `log_in`: a token etcd no longer knows (it expired, or etcd restarted)
+        // is replaced by logging in again, and the request retried once.
+        .with_auto_token_refresh(true);
     if let Some(tls) = &settings.tls {
         let read = |path: &std::path::Path| {
             std::fs::read(path).map_err(|source| EtcdError::File { path: path.into(), source })
@@ -46,10 +72,24 @@ pub async fn connect(settings: &EtcdSettings) -> Result<Client, EtcdError> {
         }
         options = options.with_tls(t);
     }
-    if let Some(auth) = &settings.auth {
-        options = options.with_user(auth.username.clone(), auth.password.clone());
-    }
     Ok(Client::connect(&settings.endpoints, Some(options)).await?)
+}
+
+/// Logs `client` (and its clones) in as `cluster.etcd.username`, when set: every request
+/// after it carries the token. A failed login changes nothing.
+pub async fn log_in(client: &Client, settings: &EtcdSettings) -> Result<(), EtcdError> {
+    let Some(auth) = &settings.auth else { return Ok(()) };
+    let user = Some((auth.username.clone(), auth.password.clone()));
+    // The clones of a client share its credentials and token.
+    let logged_in = client.clone().update_user(user).await;
+    logged_in.map_err(|source| EtcdError::LogIn { user: auth.username.clone(), source })
+}
+
+/// `client`, logged in: for the commands, which need etcd at once.
+pub async fn connect(settings: &EtcdSettings) -> Result<Client, EtcdError> {
+    let client = client(settings).await?;
+    log_in(&client, settings).await?;
+    Ok(client)
 }
 
 /// One key and its value as read.

@@ -3,6 +3,11 @@
 //! third of its time to live; when renewal fails the replica counts as disconnected (one
 //! warning), and it reconnects with backoff, keeping the same lease when it has not
 //! expired meanwhile so that a short outage rewrites nothing.
+//!
+//! With a user (`cluster.etcd.username`) the session logs in before its first lease and
+//! again at every reconnection: a restarted etcd has forgotten every token, and watches
+//! opened with a forgotten token are refused without the client noticing. Until then the
+//! other parts' requests fail as if etcd were down, and they retry.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +17,7 @@ use etcd_client::Client;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::etcd::Backoff;
+use super::etcd::{self, Backoff, EtcdError};
 use crate::model::cluster::ClusterSettings;
 
 pub struct Session {
@@ -22,6 +27,8 @@ pub struct Session {
     /// Set once the first state is known, so that a replica that never reached etcd logs
     /// its first failure too.
     reported: AtomicBool,
+    /// Whether `client` carries a token etcd knows, as far as known.
+    logged_in: AtomicBool,
     /// The lease (`None` until the first is granted). It changes only when a new lease
     /// replaces an expired one: the keys written under the old one are gone and must be
     /// written again.
@@ -35,6 +42,7 @@ impl Session {
             client,
             connected: AtomicBool::new(false),
             reported: AtomicBool::new(false),
+            logged_in: AtomicBool::new(false),
             lease: watch::Sender::new(None),
         })
     }
@@ -48,6 +56,17 @@ impl Session {
     /// being renewed right now is `connected`.
     pub fn lease(&self) -> watch::Receiver<Option<i64>> {
         self.lease.subscribe()
+    }
+
+    /// Logs in as `cluster.etcd.username` unless logged in already (nothing without a
+    /// user).
+    pub async fn log_in(&self) -> Result<(), EtcdError> {
+        if self.settings.etcd.auth.is_none() || self.logged_in.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        etcd::log_in(&self.client, &self.settings.etcd).await?;
+        self.logged_in.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Records a change of connection state, logging only changes (and the first state).
@@ -75,9 +94,14 @@ impl Session {
         let mut backoff = Backoff::default();
         let mut lease = None;
         loop {
-            let id = match self.obtain(lease, ttl).await {
+            let obtained = match self.log_in().await {
+                Ok(()) => self.obtain(lease, ttl).await.map_err(EtcdError::from),
+                Err(e) => Err(e),
+            };
+            let id = match obtained {
                 Ok(id) => id,
                 Err(e) => {
+                    self.logged_in.store(false, Ordering::Relaxed);
                     self.set_connected(false, &e.to_string());
                     tokio::select! {
                         _ = cancel.cancelled() => return,
@@ -98,7 +122,8 @@ impl Session {
                 why = self.renew(id, ttl) => why,
             };
             self.set_connected(false, &why);
-            // The lease stays: it may outlive the outage and be kept.
+            // The lease stays: it may outlive the outage and be kept. The token may not.
+            self.logged_in.store(false, Ordering::Relaxed);
         }
     }
 
