@@ -10,21 +10,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
 use steerdns::model::cluster::EtcdSettings;
 use steerdns::server::cluster::profiles::{self, Seen};
-
-/// Polls `check` until it holds or `limit` passes.
-async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn a_replica_reports_whether_it_reaches_etcd() {

@@ -8,22 +8,13 @@
 mod common;
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
 
 /// Longest wait for the replicas to agree on something.
 const AGREE: Duration = Duration::from_secs(30);
-
-/// Polls `check` until it holds or `limit` passes.
-async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The probed endpoint: `main` on the backend's address, with `backup` (never probed)
 /// taking over when it fails.

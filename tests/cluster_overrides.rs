@@ -8,7 +8,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
@@ -19,15 +19,6 @@ const ALICE: &str = "alice-t0ken-for-tests";
 
 /// Longest wait for a change to reach another replica.
 const PATIENCE: Duration = Duration::from_secs(15);
-
-/// Polls `check` until it holds or `limit` passes.
-async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Starts replica `i` in `dir` with the test profiles, the named token `alice` for its
 /// admin API, and `extra` (top-level YAML).

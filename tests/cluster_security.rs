@@ -6,22 +6,13 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use etcd_client::{Client, Permission};
 
 /// Longest wait for a change to reach a replica.
 const SPREAD: Duration = Duration::from_secs(30);
-
-/// Polls `check` until it holds or `limit` passes.
-async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// `yaml` (from `replica_yaml`) with `keys` (indented by four spaces) added to its
 /// `cluster.etcd` block.

@@ -76,13 +76,22 @@ pub fn read_dir(
     if over_total(dir, read_total, limits, errors) {
         return (Vec::new(), Vec::new());
     }
+    gather(files.iter().cloned().zip(reads), errors)
+}
+
+/// The documents of every file read, in order, with what each file held; the errors go
+/// to `errors`.
+fn gather(
+    reads: impl Iterator<Item = (PathBuf, FileRead)>,
+    errors: &mut Vec<ConfigError>,
+) -> (Vec<Source>, Vec<ProfileFile>) {
     let mut out = Vec::new();
     let mut seen = Vec::new();
-    for (path, read) in files.iter().zip(reads) {
+    for (path, read) in reads {
         errors.extend(read.errors);
         if let Some(Identity { len, hash, pieces }) = read.identity {
             let ids = out.len()..out.len() + read.docs.len();
-            seen.push(ProfileFile { path: path.clone(), len, hash, ids, pieces });
+            seen.push(ProfileFile { path, len, hash, ids, pieces });
         }
         out.extend(read.docs);
     }
@@ -174,17 +183,7 @@ pub fn read_remote(
         part.iter().map(|f| remote_file(f, reuse, limits.profile_file)).collect::<Vec<_>>()
     };
     let reads: Vec<FileRead> = par::chunked(&remote.files, 1, read).into_iter().flatten().collect();
-    let mut out = Vec::new();
-    let mut seen = Vec::new();
-    for (f, read) in remote.files.iter().zip(reads) {
-        errors.extend(read.errors);
-        if let Some(Identity { len, hash, pieces }) = read.identity {
-            let ids = out.len()..out.len() + read.docs.len();
-            seen.push(ProfileFile { path: f.location(), len, hash, ids, pieces });
-        }
-        out.extend(read.docs);
-    }
-    (out, seen)
+    gather(remote.files.iter().map(RemoteFile::location).zip(reads), errors)
 }
 
 fn remote_file(f: &RemoteFile, reuse: Option<&Reuse<'_>>, limit: Limit) -> FileRead {

@@ -29,6 +29,15 @@ pub struct Replica {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Polls `check` every 50 ms until it holds; panics naming `what` after `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The address of replica `i` (from 0): 127.0.0.(21 + i).
 pub fn replica_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 21 + i as u8)
