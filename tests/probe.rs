@@ -5,6 +5,8 @@
 //! time. Monitors use a 1s interval and a 300ms timeout so the suite stays fast; waits poll
 //! with generous deadlines instead of asserting timings.
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
@@ -94,14 +96,7 @@ impl Backend {
     }
 
     async fn answer<S: AsyncRead + AsyncWrite + Unpin>(&self, mut conn: S) {
-        let mut head = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
-            match conn.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
-        }
+        let Some(head) = common::read_request_head(&mut conn).await else { return };
         self.hits.fetch_add(1, Ordering::SeqCst);
         let text = String::from_utf8_lossy(&head).to_string();
         if let Some(h) =

@@ -145,16 +145,25 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Reads a request head from `conn` (up to 16 KiB) and answers it with `status`, body
-/// `ok`, closing the connection.
-async fn answer_ok(conn: &mut tokio::net::TcpStream, status: u16) {
+/// Reads an HTTP request head from `conn`, up to its blank line or 16 KiB; `None` when
+/// the connection ends or fails first.
+pub async fn read_request_head<S: tokio::io::AsyncRead + Unpin>(conn: &mut S) -> Option<Vec<u8>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16384 {
         match conn.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
+    }
+    Some(head)
+}
+
+/// Reads a request head from `conn` and answers it with `status`, body `ok`, closing the
+/// connection.
+async fn answer_ok(conn: &mut tokio::net::TcpStream, status: u16) {
+    if read_request_head(conn).await.is_none() {
+        return;
     }
     let reply = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     let _ = conn.write_all(reply.as_bytes()).await;
