@@ -39,7 +39,7 @@ pub mod http_reader {
     pub use super::http::{HttpError, MAX_CHUNK_LINE, MAX_HEAD, MAX_INTERIM, read_response};
 }
 pub use consensus::{Consensus, OwnView};
-pub use live::{ProbeResult, StatusChange, Vantage};
+pub use live::{ProbeResult, StatusChange, Vantage, protocol_name};
 pub use plan::{ProbeKey, ProbeTarget};
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
 
@@ -47,7 +47,7 @@ use crate::model::events::Events;
 use crate::model::health::{HealthTable, HealthView, Status};
 use crate::model::snapshot::Snapshot;
 use check::{Check, Clients};
-use live::{KINDS, Live, Users, protocol_name};
+use live::{KINDS, Live, Users};
 use plan::{Placed, Plan, User};
 use schedule::Stats;
 

@@ -506,7 +506,7 @@ fn decode(node: &str, value: &[u8]) -> Option<View> {
 /// other byte is percent-encoded, so an id never holds `/`.
 pub fn probe_id(key: &ProbeKey) -> String {
     let m = &key.monitor;
-    let protocol = protocol_text(m.protocol);
+    let protocol = crate::probe::protocol_name(m.protocol);
     let target = match &key.target {
         ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
         other => other.to_string(),
@@ -529,21 +529,13 @@ pub fn probe_id(key: &ProbeKey) -> String {
     format!("{id}~{:016x}", crate::hash::hash_str(&definition(key)))
 }
 
-fn protocol_text(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Http => "http",
-        Protocol::Https => "https",
-        Protocol::Tcp => "tcp",
-    }
-}
-
 /// Every field of a probe's definition, each with its length, so that no two definitions
 /// give the same text.
 fn definition(key: &ProbeKey) -> String {
     let m = &key.monitor;
     let mut fields = vec![
         key.target.to_string(),
-        protocol_text(m.protocol).to_string(),
+        crate::probe::protocol_name(m.protocol).to_string(),
         m.port.to_string(),
         m.path.clone(),
         m.interval.as_millis().to_string(),
