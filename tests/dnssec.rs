@@ -23,11 +23,7 @@ const ED25519: &str = "ED25519";
 
 /// Whether BIND's `dnssec-keygen` (and `dnssec-settime`) run here.
 fn keygen_installed() -> bool {
-    let found = Command::new("dnssec-keygen").arg("-h").output().is_ok();
-    if !found {
-        eprintln!("dnssec-keygen not installed: skipping (apt-get install bind9-utils)");
-    }
-    found
+    have_tool("dnssec-keygen", "bind9-utils")
 }
 
 /// Runs `dnssec-keygen -K keys/` for the test zone with `args`; returns the key's base name
@@ -101,11 +97,7 @@ fn key(h: &Harness, tag: u16) -> ZoneKey {
 }
 
 fn delv_installed() -> bool {
-    let found = std::process::Command::new("delv").arg("-v").output().is_ok();
-    if !found {
-        eprintln!("delv not installed: skipping (apt-get install bind9-dnsutils)");
-    }
-    found
+    have_tool("delv", "bind9-dnsutils")
 }
 
 /// A `delv` trust anchor file for `key` at the test zone.

@@ -4,6 +4,10 @@
 //! key file is a located error from `steerdns check`; key timing decides which keys a load
 //! gets, and the server reloads when a key file changes or a key's time comes.
 
+#[allow(dead_code)]
+#[path = "common/tools.rs"]
+mod tools;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,13 +46,9 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
-/// Whether a Debian tool runs here; says which package to install when it does not.
+/// Whether one of BIND's key tools runs here.
 fn have(tool: &str) -> bool {
-    let found = Command::new(tool).arg("-h").output().is_ok();
-    if !found {
-        eprintln!("{tool} not installed: skipping (apt-get install bind9-utils)");
-    }
-    found
+    tools::have_tool(tool, "bind9-utils")
 }
 
 /// Runs `dnssec-keygen -K dir` with `args`; returns the key's base name.

@@ -42,12 +42,7 @@ async fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn have(tool: &str, package: &str) -> bool {
-    let found =
-        Command::new(tool).arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
-    if !found {
-        eprintln!("{tool} not installed: skipping (apt-get install {package})");
-    }
-    found
+    have_tool(tool, package)
 }
 
 /// The data frames of a Frame Streams file, after checking that it starts with START for

@@ -17,7 +17,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,17 +203,6 @@ async fn stats_count_queries_and_answers_per_endpoint_across_a_reload() {
 /// One browser at a time in this binary.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-const SKIP: &str = "chromium or chromedriver not installed: skipping the status page's browser \
-                    checks (apt-get install chromium chromium-driver)";
-
-/// `name` on PATH, else in the usual directories.
-fn find_program(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    dirs.extend(["/usr/bin", "/usr/local/bin", "/usr/lib/chromium"].map(PathBuf::from));
-    names.iter().flat_map(|n| dirs.iter().map(move |d| d.join(n))).find(|p| p.is_file())
-}
-
 /// The `browser` log of the session (chromedriver's own command; each read returns the
 /// entries logged since the previous one).
 #[derive(Debug)]
@@ -245,13 +234,8 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium; `None` (and a printed reason) when
     /// either is not installed.
     async fn start() -> Option<Browser> {
-        let (Some(chromium), Some(driver)) = (
-            find_program(&["chromium", "chromium-browser", "google-chrome"]),
-            find_program(&["chromedriver"]),
-        ) else {
-            eprintln!("{SKIP}");
-            return None;
-        };
+        let chromium = require_any(&["chromium", "chromium-browser", "google-chrome"], "chromium")?;
+        let driver = require_tool("chromedriver", "chromium-driver")?;
         let guard = ONE_BROWSER.lock().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         // Its own process group, with the browser it starts, so that `drop` can end both.

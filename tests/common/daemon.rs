@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -31,16 +31,6 @@ pub struct Daemon {
     dir: tempfile::TempDir,
 }
 
-/// The binary `name`: on PATH, else in the sbin directories (often missing from a user's
-/// PATH).
-pub fn find_binary(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
 /// A daemon's configuration from `template`: its directory, where it listens, the
 /// authoritative server it asks and the zone (made absolute) filled in.
 pub fn fill_conf(
@@ -58,15 +48,6 @@ pub fn fill_conf(
         .replace("{auth_addr}", &auth.ip().to_string())
         .replace("{auth_port}", &auth.port().to_string())
         .replace("{zone}", &zone)
-}
-
-/// Whether the binary `name` is installed; prints `skip` (why the caller skips) when not.
-pub fn installed(name: &str, skip: &str) -> bool {
-    let found = find_binary(name).is_some();
-    if !found {
-        eprintln!("{skip}");
-    }
-    found
 }
 
 /// An address of its own for the next daemon of this process, and its number (from 0):

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
-use super::daemon::{find_binary, free_port};
+use super::daemon::free_port;
+use super::tools::require_tool;
 
 /// Longest wait for etcd to report itself healthy.
 const ETCD_READY: Duration = Duration::from_secs(20);
@@ -33,7 +34,7 @@ pub struct Etcd {
 
 impl Etcd {
     /// A running etcd, or `None` when the `etcd` binary is missing (the caller skips).
-    /// With `STEERDNS_REQUIRE_ETCD=1` (CI sets it) a missing etcd fails the test instead,
+    /// With `STEERDNS_REQUIRE_TOOLS=1` (CI sets it) a missing etcd fails the test instead,
     /// so that the cluster tests cannot be skipped there unnoticed.
     pub fn start() -> Option<Etcd> {
         Etcd::start_with(&[])
@@ -62,15 +63,7 @@ impl Etcd {
     }
 
     fn launch(extra: &[&str], tls: Option<Arc<rustls::ClientConfig>>) -> Option<Etcd> {
-        let Some(bin) = find_binary("etcd") else {
-            let required = std::env::var_os("STEERDNS_REQUIRE_ETCD").is_some_and(|v| v == "1");
-            assert!(
-                !required,
-                "etcd is not installed (Debian package etcd-server) and STEERDNS_REQUIRE_ETCD=1"
-            );
-            eprintln!("skipping: etcd is not installed (Debian package etcd-server)");
-            return None;
-        };
+        let bin = require_tool("etcd", "etcd-server")?;
         let client = free_port(Ipv4Addr::LOCALHOST);
         let peer = free_port(Ipv4Addr::LOCALHOST);
         let scheme = if tls.is_some() { "https" } else { "http" };

@@ -16,10 +16,11 @@ pub mod replicas;
 pub mod reply;
 pub mod resolver;
 pub mod server;
+pub mod tools;
 
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
     daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*, replicas::*,
-    reply::*, resolver::*, server::*,
+    reply::*, resolver::*, server::*, tools::*,
 };

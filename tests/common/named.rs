@@ -11,9 +11,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use super::daemon::{Daemon, fill_conf, find_binary, free_port, installed};
-
-const SKIP: &str = "named not installed: skipping BIND interop tests; apt-get install bind9";
+use super::daemon::{Daemon, fill_conf, free_port};
+use super::tools::require_tool;
 
 /// Whether named sends DNS cookies to the steerdns server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,17 +74,14 @@ pub struct Named {
 impl Named {
     /// Whether `named` is installed; prints why the caller skips when it is not.
     pub fn available() -> bool {
-        installed("named", SKIP)
+        require_tool("named", "bind9").is_some()
     }
 
     /// Starts named forwarding `zone` to the authoritative server `auth`. `None` (with a
     /// message) when `named` is not installed; panics with its log when it does not answer
     /// within `DAEMON_READY`.
     pub fn start(auth: SocketAddr, zone: &str, cookies: Cookies) -> Option<Named> {
-        let Some(bin) = find_binary("named") else {
-            eprintln!("{SKIP}");
-            return None;
-        };
+        let bin = require_tool("named", "bind9")?;
         // named listens only on the addresses of network interfaces: 127.0.0.1, not the
         // rest of 127.0.0.0/8.
         let addr = free_port(Ipv4Addr::LOCALHOST);

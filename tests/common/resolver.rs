@@ -12,9 +12,10 @@ use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use super::daemon::{Daemon, fill_conf, find_binary, installed, next_daemon_addr};
+use super::daemon::{Daemon, fill_conf, next_daemon_addr};
 use super::dns::Q;
 use super::reply::Reply;
+use super::tools::require_tool;
 
 /// Upstream source ports per Unbound. Each Unbound of a test run gets its own range, so
 /// resolvers of tests running in parallel do not compete for ports; a small range also keeps
@@ -24,8 +25,6 @@ const PORTS_PER_RESOLVER: u16 = 64;
 const FIRST_OUTGOING_PORT: u16 = 20000;
 /// Ranges between `FIRST_OUTGOING_PORT` and 32767.
 const OUTGOING_SLOTS: usize = 190;
-
-const SKIP: &str = "unbound not installed: skipping resolver tests; apt-get install unbound";
 
 /// The configuration. Placeholders: {dir} (the temporary directory), {listen_addr},
 /// {listen_port}, {auth_addr}, {auth_port}, {zone} (absolute), {ports} (outgoing range).
@@ -115,17 +114,14 @@ pub struct Resolver {
 impl Resolver {
     /// Whether `unbound` is installed; prints why the caller skips when it is not.
     pub fn available() -> bool {
-        installed("unbound", SKIP)
+        require_tool("unbound", "unbound").is_some()
     }
 
     /// Starts Unbound in front of the authoritative server `auth` for `zone`. `None` (with a
     /// message) when `unbound` is not installed; panics with Unbound's log when it does not
     /// answer within `DAEMON_READY`.
     pub fn start(auth: SocketAddr, zone: &str) -> Option<Resolver> {
-        let Some(bin) = find_binary("unbound") else {
-            eprintln!("{SKIP}");
-            return None;
-        };
+        let bin = require_tool("unbound", "unbound")?;
         let (addr, n) = next_daemon_addr();
         let dir = tempfile::tempdir().expect("tempdir");
         let slot = (std::process::id() as usize * 7 + n) % OUTGOING_SLOTS;
