@@ -305,7 +305,7 @@ fn bad_keys_are_located_errors_from_check() {
             "the file name says 1",
         ),
         (
-            "truncated private key",
+            "zero private key",
             Box::new(|keys, base| {
                 edit(keys, &format!("{base}.private"), |t| {
                     with_private_key(t, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==")
@@ -313,7 +313,18 @@ fn bad_keys_are_located_errors_from_check() {
                 Some(format!("{base}.private"))
             }),
             "3:1",
-            "PrivateKey holds 31 bytes, an ECDSAP256SHA256 private key 32: truncated",
+            "PrivateKey is zero, which is no P-256 private key",
+        ),
+        (
+            "private key too long",
+            Box::new(|keys, base| {
+                edit(keys, &format!("{base}.private"), |t| {
+                    with_private_key(t, "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEB")
+                });
+                Some(format!("{base}.private"))
+            }),
+            "3:1",
+            "PrivateKey holds 33 bytes, more than the 32 of a P-256 private key",
         ),
         (
             "malformed private key",
