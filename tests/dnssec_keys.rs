@@ -10,6 +10,7 @@ mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use steerdns::commands::dnssec::keygen;
@@ -588,9 +589,20 @@ async fn the_server_reloads_for_new_key_files_and_key_timing() {
     let snap = server.snapshot();
     assert!(snap.generation > generation && snap.zones[0].serial > serial);
 
-    // A broken key file: the reload fails and the running keys stay.
+    // A broken key file: the watcher's reload fails (counted), and the running keys and
+    // configuration stay; a reload asked for fails too.
+    let failures = || server.control().totals.reload_failures.load(Ordering::Relaxed);
+    let (before, generation) = (failures(), server.snapshot().generation);
     std::fs::write(keys.join(format!("K{ZONE}+013+00001.private")), "junk").unwrap();
-    assert!(server.reload().is_err());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while failures() == before {
+        assert!(Instant::now() < deadline, "the file watcher did not try to reload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.snapshot().generation, generation, "the running configuration stays");
     wait_for_keys(&server, 1, "after a failed reload").await;
+    let e = server.reload().expect_err("the broken key file fails the load");
+    assert!(e.to_string().contains("+013+00001.private"), "{e}");
+    assert_eq!(server.snapshot().generation, generation);
     server.shutdown().await;
 }
