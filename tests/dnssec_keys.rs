@@ -212,6 +212,36 @@ fn steerdns_keys_give_bind_the_same_ds_and_sign_a_zone() {
     }
 }
 
+/// A P-256 key `dnssec-keygen` wrote with a 31-byte `PrivateKey:` (its scalar starts with a
+/// zero byte): `steerdns check` accepts it, and `steerdns dnssec ds` prints BIND's DS of it.
+#[test]
+fn a_bind_key_with_a_short_scalar_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = setup(dir.path(), "");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dnssec");
+    let base = "Ktm.example.test.+013+22343";
+    for ext in ["key", "private"] {
+        let name = format!("{base}.{ext}");
+        std::fs::copy(fixtures.join(&name), dir.path().join("keys").join(&name)).unwrap();
+    }
+    let (code, _, err) = steerdns(&["check", "-c"], &path);
+    assert_eq!(code, 0, "{err}");
+    let keys = signing(&path).keys;
+    assert!(keys.len() == 1 && keys[0].signer.is_some(), "{keys:?}");
+    let (code, ds, err) = steerdns(&["dnssec", "ds", "-c"], &path);
+    assert_eq!(code, 0, "{err}");
+    if !have("dnssec-dsfromkey") {
+        return;
+    }
+    let bind = Command::new("dnssec-dsfromkey")
+        .arg("-2")
+        .arg(dir.path().join(format!("keys/{base}.key")))
+        .output()
+        .unwrap();
+    assert!(bind.status.success(), "{}", String::from_utf8_lossy(&bind.stderr));
+    assert_eq!(ds, String::from_utf8(bind.stdout).unwrap());
+}
+
 #[test]
 fn ds_without_a_signed_zone_says_so() {
     let dir = tempfile::tempdir().unwrap();

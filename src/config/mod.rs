@@ -16,6 +16,7 @@ pub mod dnssec;
 mod dnstap;
 mod files;
 mod geographic;
+mod host;
 pub mod keyfile;
 mod monitor;
 pub mod overrides;
