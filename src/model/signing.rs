@@ -383,7 +383,9 @@ pub(crate) mod tests {
             let (private, public) = (b64(private), b64(public));
             let signer = Signer::new(Algorithm::Ed25519, &private, &public).unwrap();
             let dnskey = crate::model::dnssec::dnskey_rdata(FLAGS_KSK, Algorithm::Ed25519, &public);
-            assert_eq!(dnskey[..4], [1, 1, 3, 15], "257 3 15");
+            // 257 3 15 and the RFC's public key, which the seed gives (`Signer::new` checks).
+            assert_eq!(dnskey.to_vec(), [&[1, 1, 3, 15][..], &public].concat());
+            assert_eq!(signer.public_key(), public);
             let key = ZoneKey {
                 flags: FLAGS_KSK,
                 algorithm: Algorithm::Ed25519,
