@@ -69,6 +69,13 @@ impl Session {
         Ok(())
     }
 
+    /// Logs in again even when logged in: etcd refused the token (it expired, or etcd
+    /// restarted and forgot it).
+    pub async fn log_in_again(&self) -> Result<(), EtcdError> {
+        self.logged_in.store(false, Ordering::Relaxed);
+        self.log_in().await
+    }
+
     /// Records a change of connection state, logging only changes (and the first state).
     pub fn set_connected(&self, connected: bool, why: &str) {
         let was = self.connected.swap(connected, Ordering::Relaxed);
@@ -152,7 +159,7 @@ impl Session {
         let mut leases = self.client.lease_client();
         let (mut keeper, mut stream) = match leases.keep_alive(id).await {
             Ok(pair) => pair,
-            Err(e) => return e.to_string(),
+            Err(e) => return EtcdError::from(e).to_string(),
         };
         let every = ttl / 3;
         loop {
@@ -164,7 +171,7 @@ impl Session {
                 Ok(Ok(Some(resp))) if resp.ttl() > 0 => {}
                 Ok(Ok(Some(_))) => return "the lease expired".into(),
                 Ok(Ok(None)) => return "etcd closed the lease stream".into(),
-                Ok(Err(e)) => return e.to_string(),
+                Ok(Err(e)) => return EtcdError::from(e).to_string(),
                 Err(_) => return format!("no lease renewal within {every:?}"),
             }
             tokio::time::sleep(every).await;
