@@ -17,9 +17,11 @@ use tokio_util::sync::CancellationToken;
 use super::Session;
 use super::etcd::{Backoff, EtcdError, MAX_MESSAGE, fetch_range, prefix_end};
 
-/// Longest wait for a read of the range or for etcd to take a watch: past it the
-/// connection counts as lost.
-const REQUEST_LIMIT: Duration = Duration::from_secs(5);
+/// Longest wait for etcd to take a watch: past it the connection counts as lost.
+const OPEN_LIMIT: Duration = Duration::from_secs(5);
+
+/// Longest wait for a read of the whole range, which may be many pages of large values.
+const READ_LIMIT: Duration = Duration::from_secs(30);
 
 /// Events waiting for a slow consumer; past it the follower waits too.
 const QUEUE: usize = 16;
@@ -163,13 +165,13 @@ impl Follower {
             Some(after) => after,
             None => {
                 let read = tokio::time::timeout(
-                    REQUEST_LIMIT,
+                    READ_LIMIT,
                     fetch_range(client, &self.range.start, &self.range.end),
                 );
                 let fetched = match read.await {
                     Ok(Ok(f)) => f,
                     Ok(Err(e)) => return Ended::Failed(e),
-                    Err(_) => return Ended::Failed(EtcdError::Timeout(REQUEST_LIMIT)),
+                    Err(_) => return Ended::Failed(EtcdError::Timeout(READ_LIMIT)),
                 };
                 let revision = fetched.revision;
                 let snapshot = Event::Snapshot { revision, entries: fetched.entries };
@@ -226,10 +228,10 @@ impl Follower {
             .with_progress_notify();
         let mut watches = self.session.client.watch_client().max_decoding_message_size(MAX_MESSAGE);
         let opened = watches.watch(self.range.start.as_str(), Some(options));
-        match tokio::time::timeout(REQUEST_LIMIT, opened).await {
+        match tokio::time::timeout(OPEN_LIMIT, opened).await {
             Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(EtcdError::Timeout(REQUEST_LIMIT)),
+            Err(_) => Err(EtcdError::Timeout(OPEN_LIMIT)),
         }
     }
 
