@@ -80,6 +80,9 @@ fn classify(e: &etcd_client::Error) -> EtcdError {
     }
 }
 
+/// The reason when etcd closed the connection under a request.
+const CONNECTION_CLOSED: &str = "the connection was closed";
+
 /// The messages of `e` and of every cause under it, outermost first.
 fn causes(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
     let mut out = vec![e.to_string()];
@@ -106,7 +109,7 @@ fn transport_kind(chain: &[String]) -> Option<String> {
     } else if all.contains("timed out") || all.contains("deadline") {
         Some("no answer in time".into())
     } else if all.contains("closed") || all.contains("broken pipe") {
-        Some("the connection was closed".into())
+        Some(CONNECTION_CLOSED.into())
     } else {
         None
     }
@@ -137,7 +140,15 @@ impl EtcdError {
 
     /// The message naming where etcd is: `etcd at 127.0.0.1:2379 is unreachable: …`.
     pub fn at(&self, endpoints: &str) -> String {
-        let text = self.to_string();
+        let mut text = self.to_string();
+        // Over TLS, etcd requiring a client certificate ends the handshake by closing the
+        // connection, often before the client can read why: say what it likely means.
+        let tls = endpoints.split(',').all(|e| e.starts_with("https://"));
+        if tls && matches!(self, EtcdError::Unreachable(r) if r == CONNECTION_CLOSED) {
+            text.push_str(
+                " during or right after the TLS handshake (etcd ends it so when it requires a client certificate and none is shown: tls.cert, tls.key)",
+            );
+        }
         match text.strip_prefix("etcd ") {
             Some(rest) if !rest.starts_with("key ") => format!("etcd at {endpoints} {rest}"),
             _ => format!("etcd at {endpoints}: {text}"),
@@ -367,6 +378,13 @@ mod tests {
         for (error, want) in cases {
             assert_eq!(error.at(at), want);
         }
+        let closed = EtcdError::Unreachable(CONNECTION_CLOSED.into());
+        assert_eq!(
+            closed.at(at),
+            "etcd at http://127.0.0.1:2379 is unreachable: the connection was closed"
+        );
+        let over_tls = closed.at("https://127.0.0.1:2379");
+        assert!(over_tls.ends_with("closed during or right after the TLS handshake (etcd ends it so when it requires a client certificate and none is shown: tls.cert, tls.key)"), "{over_tls}");
     }
 
     #[test]

@@ -100,8 +100,8 @@ struct Follower {
     delivered: Option<i64>,
     /// Whether `Lost` was sent and not yet followed by `Resumed` or a snapshot.
     lost: bool,
-    /// Whether it logged in again since the last watch etcd took: a second refusal right
-    /// after a fresh login is not retried at once.
+    /// Whether it logged in again since the last pause: a second refusal right after a
+    /// fresh login waits the backoff.
     relogged: bool,
     tx: mpsc::Sender<Event>,
 }
@@ -150,6 +150,8 @@ impl Follower {
                 }
             }
             tokio::time::sleep(backoff.next_delay()).await;
+            // A token refused after the pause is refused anew: log in again then too.
+            self.relogged = false;
         }
     }
 
