@@ -587,6 +587,12 @@ async fn a_replica_starts_from_its_cache_file_only() {
     let raw = udp_exchange(&sock, &Q::new(&fq("www"), T_A).bytes()).await.unwrap();
     assert_eq!(Reply::new(raw).single(), "A 192.0.2.10");
     assert_eq!(cluster_info(one.admin).await["revision"], first);
+    // The API says why it lists no replica, in the same words.
+    let info = cluster_info(one.admin).await;
+    assert_eq!(info["nodes"], Value::Null, "{info}");
+    let why = info["nodes_error"].as_str().unwrap_or_default();
+    let timed_out = format!("etcd at {} timed out after 2s", cluster.etcd.url);
+    assert!(why == unreachable || why == timed_out, "{info}");
 
     let mut two = cluster.spawn(1);
     assert_eq!(two.wait_exit().await, Some(1));

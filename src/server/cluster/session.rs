@@ -6,8 +6,9 @@
 //!
 //! With a user (`cluster.etcd.username`) the session logs in before its first lease and
 //! again at every reconnection: a restarted etcd has forgotten every token, and watches
-//! opened with a forgotten token are refused without the client noticing. Until then the
-//! other parts' requests fail as if etcd were down, and they retry.
+//! opened with a forgotten token are refused without the client noticing (`follow` logs in
+//! again when that happens). Until then the other parts' requests fail as if etcd were
+//! down, and they retry.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
