@@ -31,6 +31,11 @@ struct Cluster {
 impl Cluster {
     /// etcd, the backend and three replicas with `quorum`; `None` when etcd is missing.
     async fn start(quorum: &str) -> Option<Cluster> {
+        Cluster::start_with_lease(quorum, REPLICA_LEASE).await
+    }
+
+    /// As `start`, with the replicas' leases lasting `lease`.
+    async fn start_with_lease(quorum: &str, lease: &str) -> Option<Cluster> {
         let etcd = Etcd::start()?;
         let backend = SourceBackend::start(MAIN).await;
         let profile = format!(
@@ -48,6 +53,7 @@ impl Cluster {
             let source = format!("probe:\n  source_address: {}\n", replica_ip(i));
             let (yaml, dns, admin) = replica_yaml(i, &etcd.url, "/hc/", &source);
             let yaml = with_cluster_keys(&yaml, &format!("  health: {{ quorum: \"{quorum}\" }}\n"));
+            let yaml = with_lease(&yaml, lease);
             std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
             std::fs::write(dir.path().join("profiles/hc.yaml"), &profile).unwrap();
             replicas.push(Replica::start(dir.path(), i, &yaml, dns, admin).await);
@@ -85,6 +91,23 @@ impl Cluster {
                     .is_some_and(|t| t.contains("not enough for quorum"))
             };
             eventually(AGREE, &what, short).await;
+        }
+    }
+
+    /// Waits until every replica in `which` shows `main` so that `check` holds of it (and
+    /// answers `hc` with `answer`).
+    async fn wait_endpoint(
+        &self,
+        which: &[usize],
+        what: &str,
+        answer_with: &str,
+        check: impl Fn(&Value) -> bool,
+    ) {
+        for &i in which {
+            let r = &self.replicas[i];
+            let what = format!("{}: {what}", r.node);
+            let holds = async || answer(r).await == answer_with && check(&endpoint(r).await);
+            eventually(AGREE, &what, holds).await;
         }
     }
 
@@ -134,6 +157,7 @@ const ALL: [usize; 3] = [0, 1, 2];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_one_failing_vantage_point_fails_nothing_over() {
+    let _heavy = one_heavy_test_at_a_time().await;
     let Some(c) = Cluster::start("majority").await else { return };
     c.wait_answers(&ALL, MAIN).await;
     c.fail_for(&[0]);
@@ -141,46 +165,48 @@ async fn majority_one_failing_vantage_point_fails_nothing_over() {
     c.wait_views(&ALL, &seen).await;
     c.wait_short_of_quorum(&ALL).await;
     // Every replica counts node-0's failing view and still serves the endpoint.
-    for r in &c.replicas {
-        assert_eq!(answer(r).await, MAIN, "{}", r.node);
-        let ep = endpoint(r).await;
-        assert_eq!(ep["status"], "online", "{ep}");
-        assert_eq!(ep["verdict"]["status"], "online", "{ep}");
-        let reason = ep["verdict"]["reason"].as_str().unwrap();
-        assert_eq!(
-            reason,
-            "1 of 3 vantage points failing, not enough for quorum majority: node-0: HTTP 503, expected 200-299",
-        );
-        let points = ep["vantage_points"].as_array().unwrap();
-        assert_eq!(points[0]["reason"], "HTTP 503, expected 200-299", "{ep}");
-        assert!(points[0]["at"].as_str().unwrap().ends_with('Z'), "{ep}");
-    }
+    let short = "1 of 3 vantage points failing, not enough for quorum majority: node-0: HTTP 503, expected 200-299";
+    c.wait_endpoint(&ALL, "online, 1 of 3 failing", MAIN, |ep| {
+        let points = ep["vantage_points"].as_array().cloned().unwrap_or_default();
+        ep["status"] == "online"
+            && ep["verdict"]["status"] == "online"
+            && ep["verdict"]["reason"] == short
+            && points.first().is_some_and(|p| {
+                p["reason"] == "HTTP 503, expected 200-299"
+                    && p["at"].as_str().is_some_and(|at| at.ends_with('Z'))
+            })
+    })
+    .await;
     // The admin API's explain shows the same.
     let r = &c.replicas[1];
-    let resp = http_get(r.admin, "/api/v1/explain?name=hc&client=192.0.2.1", None).await;
-    let body = resp.json();
-    let health = &body["health"][0];
-    assert_eq!((&health["endpoint"], &health["status"]), (&"main".into(), &"online".into()));
-    assert_eq!(health["vantage_points"].as_array().unwrap().len(), 3, "{body}");
-    let metrics = scrape(r.admin, None).await;
-    for node in ["node-0", "node-1", "node-2"] {
-        assert_eq!(metrics.sum("steerdns_cluster_views", &[("node", node)]), 1.0, "{node}");
-    }
+    let explained = async || {
+        let resp = http_get(r.admin, "/api/v1/explain?name=hc&client=192.0.2.1", None).await;
+        let body = resp.json();
+        let health = &body["health"][0];
+        let metrics = scrape(r.admin, None).await;
+        health["endpoint"] == "main"
+            && health["status"] == "online"
+            && health["vantage_points"].as_array().is_some_and(|v| v.len() == 3)
+            && ["node-0", "node-1", "node-2"]
+                .iter()
+                .all(|node| metrics.sum("steerdns_cluster_views", &[("node", node)]) == 1.0)
+    };
+    eventually(AGREE, "explain and the metrics show three views", explained).await;
 
     // Two of three failing is a majority: every replica fails it over.
     c.fail_for(&[0, 2]);
-    c.wait_answers(&ALL, BACKUP).await;
-    let ep = endpoint(&c.replicas[1]).await;
-    assert_eq!(ep["status"], "degraded", "{ep}");
-    let reason = ep["verdict"]["reason"].as_str().unwrap();
-    assert!(
-        reason.starts_with("2 of 3 vantage points failing (quorum majority): node-0: "),
-        "{reason}"
-    );
+    c.wait_endpoint(&ALL, "failed over by 2 of 3", BACKUP, |ep| {
+        ep["status"] == "degraded"
+            && ep["verdict"]["reason"].as_str().is_some_and(|r| {
+                r.starts_with("2 of 3 vantage points failing (quorum majority): node-0: ")
+            })
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_one_failing_vantage_point_fails_over_everywhere() {
+    let _heavy = one_heavy_test_at_a_time().await;
     let Some(c) = Cluster::start("any").await else { return };
     c.wait_answers(&ALL, MAIN).await;
     c.fail_for(&[1]);
@@ -195,15 +221,15 @@ async fn any_one_failing_vantage_point_fails_over_everywhere() {
 /// the endpoint over then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_needs_every_fresh_vantage_point_failing() {
-    let Some(mut c) = Cluster::start("all").await else { return };
+    let _heavy = one_heavy_test_at_a_time().await;
+    // A short lease: the test waits for one to expire.
+    let Some(mut c) = Cluster::start_with_lease("all", "3s").await else { return };
     c.wait_answers(&ALL, MAIN).await;
     c.fail_for(&[1, 2]);
     let seen = [("node-0", "online"), ("node-1", "degraded"), ("node-2", "degraded")];
     c.wait_views(&ALL, &seen).await;
     c.wait_short_of_quorum(&ALL).await;
-    for r in &c.replicas {
-        assert_eq!(answer(r).await, MAIN, "{}", r.node);
-    }
+    c.wait_answers(&ALL, MAIN).await;
     c.fail_for(&[0, 1, 2]);
     c.wait_answers(&ALL, BACKUP).await;
     c.fail_for(&[1, 2]);
@@ -212,13 +238,17 @@ async fn all_needs_every_fresh_vantage_point_failing() {
     c.replicas[0].kill();
     c.wait_answers(&[1, 2], BACKUP).await;
     c.wait_views(&[1, 2], &[("node-1", "degraded"), ("node-2", "degraded")]).await;
-    let ep = endpoint(&c.replicas[2]).await;
-    let reason = ep["verdict"]["reason"].as_str().unwrap();
-    assert!(reason.starts_with("2 of 2 vantage points failing (quorum all): "), "{reason}");
+    c.wait_endpoint(&[2], "failed over by 2 of 2", BACKUP, |ep| {
+        ep["verdict"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("2 of 2 vantage points failing (quorum all): "))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn percent_quorums_count_the_share_of_failing_vantage_points() {
+    let _heavy = one_heavy_test_at_a_time().await;
     // One of three is 33%: enough for 33%.
     let Some(c) = Cluster::start("33%").await else { return };
     c.wait_answers(&ALL, MAIN).await;
@@ -232,15 +262,14 @@ async fn percent_quorums_count_the_share_of_failing_vantage_points() {
     let seen = [("node-0", "online"), ("node-1", "online"), ("node-2", "degraded")];
     c.wait_views(&ALL, &seen).await;
     c.wait_short_of_quorum(&ALL).await;
-    for r in &c.replicas {
-        assert_eq!(answer(r).await, MAIN, "{}", r.node);
-    }
+    c.wait_answers(&ALL, MAIN).await;
 }
 
 /// Without etcd, each replica goes by its own probes: only the one that sees 503 fails
 /// the endpoint over; with etcd back, they agree again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_etcd_each_replica_goes_by_its_own_probes() {
+    let _heavy = one_heavy_test_at_a_time().await;
     let Some(mut c) = Cluster::start("majority").await else { return };
     c.wait_answers(&ALL, MAIN).await;
     c.fail_for(&[0]);
@@ -254,20 +283,21 @@ async fn without_etcd_each_replica_goes_by_its_own_probes() {
     }
     c.wait_answers(&[0], BACKUP).await;
     for i in [1, 2] {
-        let r = &c.replicas[i];
-        let node = r.node.clone();
+        let node = c.replicas[i].node.clone();
         c.wait_views(&[i], &[(node.as_str(), "online")]).await;
-        assert_eq!(answer(r).await, MAIN, "{}", r.node);
+        c.wait_answers(&[i], MAIN).await;
     }
-    let ep = endpoint(&c.replicas[0]).await;
-    let reason = ep["verdict"]["reason"].as_str().unwrap();
-    assert_eq!(reason, "own view only (etcd unreachable): HTTP 503, expected 200-299");
+    c.wait_endpoint(&[0], "its own view only", BACKUP, |ep| {
+        ep["verdict"]["reason"] == "own view only (etcd unreachable): HTTP 503, expected 200-299"
+    })
+    .await;
 
     c.etcd.start_again();
     c.wait_views(&ALL, &seen).await;
     c.wait_answers(&ALL, MAIN).await;
     for r in &c.replicas {
-        let m = scrape(r.admin, None).await;
-        assert_eq!(m.sum("steerdns_cluster_connected", &[]), 1.0, "{}", r.node);
+        let connected = async || scrape(r.admin, None).await.sum("steerdns_cluster_connected", &[]);
+        eventually(AGREE, &format!("{} connected", r.node), async || connected().await == 1.0)
+            .await;
     }
 }

@@ -199,6 +199,10 @@ async fn with_etcd_down_changes_are_refused_and_serving_goes_on() {
     assert_eq!(refused.status, 503, "{}", refused.text());
     let message = refused.json()["error"].as_str().unwrap().to_string();
     assert!(message.contains("etcd did not take the change"), "{message}");
+    // Said as an operator reads it, not as the gRPC library does.
+    let unreachable = format!("(etcd at {} is unreachable: ", etcd.url);
+    assert!(message.contains(&unreachable), "{message}");
+    assert!(!message.contains("Status") && !message.contains("transport"), "{message}");
     assert!(message.contains("none can change while it is unreachable"), "{message}");
     // Nothing changed, and queries are answered as before.
     assert_eq!(answer(r.addr, "prio").await, "192.0.2.2");

@@ -32,7 +32,7 @@ pub enum ClusterError {
     Invalid(#[from] ConfigErrors),
     #[error("{} has no cluster: block saying where etcd is", .0.display())]
     NoCluster(PathBuf),
-    #[error("etcd at {endpoints}: {source}")]
+    #[error("{}", source.at(endpoints))]
     Etcd { endpoints: String, source: EtcdError },
     #[error(
         "nothing was written: the profiles in etcd changed after they were read (another push, or a key edited meanwhile); look at the difference again (--dry-run) and push again"
@@ -120,12 +120,11 @@ impl fmt::Display for Plan {
         }
         write!(
             f,
-            "{} added, {} changed, {} removed, {} unchanged (etcd at revision {})",
+            "{} added, {} changed, {} removed, {} unchanged",
             self.added.len(),
             self.changed.len(),
             self.removed.len(),
             self.unchanged,
-            self.revision
         )
     }
 }
@@ -143,10 +142,13 @@ pub struct Pushed {
 impl fmt::Display for Pushed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.plan)?;
+        let before = self.plan.revision;
         match self.revision {
-            Some(r) => write!(f, "pushed: profiles revision {r}"),
-            None if self.dry_run => write!(f, "dry run: nothing written"),
-            None => write!(f, "nothing to push: etcd holds these profiles already"),
+            Some(r) => write!(f, "pushed: profiles revision {r} (was {before})"),
+            None if self.dry_run => {
+                write!(f, "dry run: nothing written; the profiles in etcd are at revision {before}")
+            }
+            None => write!(f, "nothing to push: etcd holds these profiles at revision {before}"),
         }
     }
 }

@@ -144,7 +144,8 @@ impl Server {
         // The overrides other replicas set apply before this one answers a query.
         let follower = match &session {
             Some(s) => {
-                Some(cluster::overrides::Follower::start(server.control.clone(), s.clone()).await)
+                let (control, cancel) = (server.control.clone(), server.cancel.clone());
+                Some(cluster::overrides::Follower::start(control, s.clone(), cancel).await)
             }
             None => None,
         };

@@ -2,7 +2,8 @@
 //! temporary data directory, started from Debian's `etcd-server` binary. `Etcd::start`
 //! returns `None` (after printing why) when etcd is not installed; `stop` and `start_again`
 //! take it down and bring it back on the same ports and data. `Etcd::start_tls` serves
-//! clients over TLS only, asking them for a certificate of `TestPki`'s authority.
+//! clients over TLS only, asking them for a certificate of `TestPki`'s authority. `Proxy`
+//! stands between etcd and a client and can cut it off while etcd stays up.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -257,6 +258,47 @@ impl TestPki {
             .with_client_auth_cert(vec![self.client_der.clone()], key)
             .unwrap();
         Arc::new(config)
+    }
+}
+
+/// A TCP proxy in front of etcd that can cut every connection and refuse new ones: etcd
+/// stays up (and can be changed and compacted) while a replica cannot reach it.
+pub struct Proxy {
+    pub url: String,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Proxy {
+    pub async fn start(target: SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (open, rx) = tokio::sync::watch::channel(true);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !*rx.borrow() {
+                    continue;
+                }
+                let mut rx = rx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.wait_for(|open| !open) => {}
+                    }
+                });
+            }
+        });
+        Proxy { url, open }
+    }
+
+    pub fn cut(&self) {
+        self.open.send_replace(false);
+    }
+
+    pub fn restore(&self) {
+        self.open.send_replace(true);
     }
 }
 

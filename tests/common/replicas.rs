@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 use super::daemon::free_port;
 use super::fixtures::{ZONE_FILE, steerdns_yaml};
 
+/// The lease of the replicas (`cluster.lease`): long enough that a loaded runner renews
+/// it in time; `with_lease` shortens it for the tests about its expiry.
+pub const REPLICA_LEASE: &str = "10s";
+
 /// Longest wait for a replica to start serving, or for a line in its log.
 pub const REPLICA_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -60,7 +64,7 @@ pub fn replica_yaml(
         .replace("127.0.0.1:0", &dns.to_string())
         .replace("listen:\n", &format!("listen:\n  admin: \"{admin}\"\n"));
     let cluster = format!(
-        "cluster:\n  node: node-{i}\n  lease: 2s\n  etcd:\n    endpoints: [\"{etcd_url}\"]\n    prefix: {prefix}\n"
+        "cluster:\n  node: node-{i}\n  lease: {REPLICA_LEASE}\n  etcd:\n    endpoints: [\"{etcd_url}\"]\n    prefix: {prefix}\n"
     );
     (format!("{yaml}{cluster}{extra}"), dns, admin)
 }
@@ -101,8 +105,32 @@ pub async fn run_steerdns<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>
 /// `yaml` (from `replica_yaml`) with `keys` (YAML indented by two spaces, such as
 /// `"  health: { quorum: all }\n"`) added to its `cluster:` block.
 pub fn with_cluster_keys(yaml: &str, keys: &str) -> String {
-    assert!(yaml.contains("  lease: 2s\n"), "not a replica_yaml");
-    yaml.replacen("  lease: 2s\n", &format!("  lease: 2s\n{keys}"), 1)
+    let lease = format!("  lease: {REPLICA_LEASE}\n");
+    assert!(yaml.contains(&lease), "not a replica_yaml");
+    yaml.replacen(&lease, &format!("{lease}{keys}"), 1)
+}
+
+/// `yaml` (from `replica_yaml`) with a lease of `lease` instead: short for the tests about
+/// a lease expiring, so that they wait less.
+pub fn with_lease(yaml: &str, lease: &str) -> String {
+    let default = format!("  lease: {REPLICA_LEASE}\n");
+    assert!(yaml.contains(&default), "not a replica_yaml");
+    yaml.replacen(&default, &format!("  lease: {lease}\n"), 1)
+}
+
+/// Held for the whole of a test that runs etcd with three replicas probing every second:
+/// a few of them at once starve a 2-core runner, and leases and probes miss their times.
+pub async fn one_heavy_test_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
+/// The number in a push's last line, `pushed: profiles revision N (was M)`.
+pub fn pushed_revision(out: &str) -> i64 {
+    let line = out.lines().last().unwrap_or_default();
+    let rest = line.strip_prefix("pushed: profiles revision ");
+    let number = rest.and_then(|r| r.split(' ').next());
+    number.unwrap_or_else(|| panic!("no revision in:\n{out}")).parse().unwrap()
 }
 
 impl Replica {

@@ -41,8 +41,11 @@ pub async fn show(State(c): State<Shared>) -> Response {
             });
             (json!(nodes), error)
         }
-        Ok(Err(e)) => (Value::Null, Some(e.to_string())),
-        Err(_) => (Value::Null, Some(format!("etcd did not answer within {LIST_WAIT:?}"))),
+        Ok(Err(e)) => (Value::Null, Some(e.at(&settings.etcd.endpoints.join(",")))),
+        Err(_) => {
+            let e = crate::server::cluster::etcd::EtcdError::Timeout(LIST_WAIT);
+            (Value::Null, Some(e.at(&settings.etcd.endpoints.join(","))))
+        }
     };
     let mut body = json!({
         "node": settings.node,

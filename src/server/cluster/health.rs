@@ -13,13 +13,14 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{EventType, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::etcd::{Backoff, Entry, MAX_MESSAGE, fetch_prefix};
+use super::etcd::{Backoff, Entry};
+use super::follow::{self, Change, Event, KeyRange};
 use crate::model::Protocol;
 use crate::model::cluster::Quorum;
 use crate::model::vantage::{self, Verdict, View};
@@ -33,7 +34,7 @@ pub const MAX_OPS: usize = 128;
 const GATHER: Duration = Duration::from_millis(100);
 
 /// How often the watcher looks at whether the session is connected: the session says so
-/// through a flag, and a watch stream on a dead connection may take long to fail.
+/// through a flag, and a watch on a dead connection may take long to fail.
 const CONNECTED_POLL: Duration = Duration::from_millis(200);
 
 /// The longest readable part of a probe id; the hash after it keeps ids distinct.
@@ -123,8 +124,8 @@ impl HealthViews {
         key.strip_prefix(self.prefix.as_str())?.rsplit_once('/')
     }
 
-    /// Replaces the other replicas' views with `entries` (a full read) and counts them
-    /// from now on; returns the probes whose views changed (all, if they did not count).
+    /// Replaces the other replicas' views with `entries` (a full read); returns the probes
+    /// running here whose views changed.
     fn replace_remote(&self, entries: &[Entry]) -> Vec<ProbeKey> {
         let mut remote: HashMap<String, BTreeMap<String, View>> = HashMap::new();
         for e in entries {
@@ -137,32 +138,29 @@ impl HealthViews {
             }
         }
         let mut state = self.lock();
-        let was_agreed = std::mem::replace(&mut state.agreed, true);
         let old = std::mem::replace(&mut state.remote, remote);
         let affected = state
             .own
             .iter()
-            .filter(|(id, _)| !was_agreed || old.get(id.as_str()) != state.remote.get(id.as_str()));
+            .filter(|(id, _)| old.get(id.as_str()) != state.remote.get(id.as_str()));
         affected.map(|(_, (key, _))| key.clone()).collect()
     }
 
     /// Applies watched changes; returns the probes running here whose views changed.
-    fn apply_events(&self, events: &[etcd_client::Event]) -> Vec<ProbeKey> {
+    fn apply_changes(&self, changes: &[Change]) -> Vec<ProbeKey> {
         let mut state = self.lock();
         let mut ids = HashSet::new();
-        for event in events {
-            let Some(kv) = event.kv() else { continue };
-            let Ok(key) = kv.key_str() else { continue };
-            let Some((id, node)) = self.parse_key(key) else { continue };
+        for change in changes {
+            let Some((id, node)) = self.parse_key(&change.key) else { continue };
             if node == self.node {
                 continue;
             }
-            match event.event_type() {
-                EventType::Put => {
-                    let Some(view) = decode(node, kv.value()) else { continue };
+            match &change.value {
+                Some(value) => {
+                    let Some(view) = decode(node, value) else { continue };
                     state.remote.entry(id.to_string()).or_default().insert(node.to_string(), view);
                 }
-                EventType::Delete => {
+                None => {
                     if let Some(nodes) = state.remote.get_mut(id) {
                         nodes.remove(node);
                         if nodes.is_empty() {
@@ -176,9 +174,9 @@ impl HealthViews {
         ids.iter().filter_map(|id| state.own.get(id).map(|(key, _)| key.clone())).collect()
     }
 
-    /// Stops counting the other replicas' views; returns whether they counted until now.
-    fn disagree(&self) -> bool {
-        std::mem::replace(&mut self.lock().agreed, false)
+    /// Whether the other replicas' views count from now on; returns whether that changed.
+    fn set_agreed(&self, agreed: bool) -> bool {
+        std::mem::replace(&mut self.lock().agreed, agreed) != agreed
     }
 
     /// Marks every own view to be written again (the keys written under an expired lease
@@ -292,135 +290,61 @@ impl HealthViews {
         }
     }
 
-    /// Reads and watches every replica's views until `cancel`, re-evaluating the verdicts
-    /// of the probes whose views change. While the session is not connected, the other
-    /// replicas' views do not count.
+    /// Follows every replica's views until `cancel`, re-evaluating the verdicts of the
+    /// probes whose views change. The other replicas' views count while the session is
+    /// connected and the follower holds them up to date.
     pub async fn watch(
         self: Arc<HealthViews>,
         session: Arc<Session>,
         prober: Arc<Prober>,
         cancel: CancellationToken,
     ) {
-        let mut backoff = Backoff::default();
+        let range = KeyRange::prefix(&self.prefix);
+        let mut events = follow::spawn(session.clone(), range, None, cancel.clone());
+        // Whether the follower holds the views: a snapshot came and the watch is not lost.
+        let mut current = false;
+        let mut poll = tokio::time::interval(CONNECTED_POLL);
         loop {
-            if !session.connected() {
-                if self.disagree() {
+            let event = tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = poll.tick() => None,
+                event = events.recv() => match event {
+                    Some(event) => Some(event),
+                    None => return,
+                },
+            };
+            let affected = match event {
+                None => Vec::new(),
+                Some(Event::Snapshot { entries, .. }) => {
+                    current = true;
+                    self.replace_remote(&entries)
+                }
+                Some(Event::Changes { changes, .. }) => self.apply_changes(&changes),
+                Some(Event::Lost { error }) => {
+                    tracing::debug!(%error, "health views not followed until etcd is back");
+                    current = false;
+                    Vec::new()
+                }
+                Some(Event::Resumed { .. }) => {
+                    current = true;
+                    Vec::new()
+                }
+            };
+            let agreed = current && session.connected();
+            if self.set_agreed(agreed) {
+                if agreed {
+                    tracing::info!("health verdicts from every replica's views again");
+                } else {
                     tracing::info!(
                         "health verdicts from this replica's own probes until etcd is back"
                     );
-                    prober.republish_all();
                 }
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(CONNECTED_POLL) => continue,
-                }
-            }
-            let fetched = tokio::select! {
-                () = cancel.cancelled() => return,
-                f = fetch_prefix(&session.client, &self.prefix) => f,
-            };
-            let fetched = match fetched {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot read the health views; retrying");
-                    tokio::select! {
-                        () = cancel.cancelled() => return,
-                        () = tokio::time::sleep(backoff.next_delay()) => continue,
-                    }
-                }
-            };
-            let affected = self.replace_remote(&fetched.entries);
-            prober.republish(&affected);
-            let mut revision = fetched.revision;
-            loop {
-                match self.follow(&session, &prober, &mut revision, &mut backoff, &cancel).await {
-                    Followed::Cancelled => return,
-                    Followed::Refetch => break,
-                    Followed::Failed(e) => {
-                        tracing::debug!(error = %e, revision, "health watch failed; resuming");
-                        tokio::select! {
-                            () = cancel.cancelled() => return,
-                            () = tokio::time::sleep(backoff.next_delay()) => {}
-                        }
-                        if !session.connected() {
-                            break;
-                        }
-                    }
-                }
+                prober.republish_all();
+            } else if agreed && !affected.is_empty() {
+                prober.republish(&affected);
             }
         }
     }
-
-    /// Watches the views from `revision + 1` on, applying each change, until the watch
-    /// ends; `revision` follows the changes applied.
-    async fn follow(
-        &self,
-        session: &Session,
-        prober: &Prober,
-        revision: &mut i64,
-        backoff: &mut Backoff,
-        cancel: &CancellationToken,
-    ) -> Followed {
-        let options = WatchOptions::new().with_prefix().with_start_revision(*revision + 1);
-        let mut client = session.client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-        let mut stream = tokio::select! {
-            () = cancel.cancelled() => return Followed::Cancelled,
-            s = client.watch(self.prefix.as_str(), Some(options)) => match s {
-                Ok(s) => s,
-                Err(e) => return Followed::Failed(e.to_string()),
-            },
-        };
-        let mut poll = tokio::time::interval(CONNECTED_POLL);
-        loop {
-            let message = tokio::select! {
-                () = cancel.cancelled() => return Followed::Cancelled,
-                _ = poll.tick() => {
-                    if session.connected() { continue }
-                    return Followed::Refetch;
-                }
-                m = stream.message() => m,
-            };
-            let resp = match message {
-                Ok(Some(resp)) => resp,
-                Ok(None) => return Followed::Failed("the watch stream ended".into()),
-                Err(e) => return Followed::Failed(e.to_string()),
-            };
-            if resp.compact_revision() > 0 || resp.canceled() {
-                tracing::debug!(
-                    compacted = resp.compact_revision(),
-                    reason = resp.cancel_reason(),
-                    "health watch cancelled; reading the views again"
-                );
-                return Followed::Refetch;
-            }
-            backoff.reset();
-            let affected = self.apply_events(resp.events());
-            // Only what was received counts as seen: the header of the response that
-            // creates the watch, or of a batch cut short, is ahead of events still to come.
-            for ev in resp.events() {
-                if let Some(kv) = ev.kv() {
-                    *revision = (*revision).max(kv.mod_revision());
-                }
-            }
-            // A progress notice: every event up to its revision has been sent.
-            if resp.events().is_empty()
-                && !resp.created()
-                && let Some(h) = resp.header()
-            {
-                *revision = (*revision).max(h.revision());
-            }
-            prober.republish(&affected);
-        }
-    }
-}
-
-/// How a watch ended.
-enum Followed {
-    Cancelled,
-    /// Compacted away, cancelled by etcd, or the session lost: read everything again.
-    Refetch,
-    /// Resume from the last revision seen.
-    Failed(String),
 }
 
 impl Consensus for HealthViews {
@@ -713,6 +637,8 @@ mod tests {
         ];
         let affected = views.replace_remote(&entries);
         assert_eq!(affected, vec![k.clone()]);
+        assert_eq!(views.verdict(&k, &mine).status, Status::Degraded, "not counted yet");
+        assert!(views.set_agreed(true));
         let v = views.verdict(&k, &mine);
         assert_eq!(v.status, Status::Online);
         assert_eq!(
@@ -725,7 +651,7 @@ mod tests {
         assert_eq!((counts["node-0"], counts["node-1"], counts["node-2"]), (1, 2, 1));
         // The same views again affect nothing; without etcd only the own view counts.
         assert!(views.replace_remote(&entries).is_empty());
-        assert!(views.disagree());
+        assert!(views.set_agreed(false));
         assert_eq!(views.verdict(&k, &mine).status, Status::Degraded);
         assert_eq!(views.views(&k, &mine).len(), 1);
     }

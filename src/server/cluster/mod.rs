@@ -1,11 +1,13 @@
 //! The cluster: several replicas sharing one truth in etcd (`cluster:`). `session` holds
 //! the etcd client, this replica's lease and whether etcd is reachable; `etcd` the reads
-//! and backoff the other parts share; `profiles` reads and follows the profiles held in
+//! and backoff the other parts share; `follow` mirrors a key range (snapshot, then changes)
+//! for the parts that follow etcd; `profiles` reads and follows the profiles held in
 //! etcd; `nodes` registers this replica; `health` the health views agreed across
 //! replicas; `overrides` shares drains and weights (`override_record`: how they are kept in
 //! etcd).
 
 pub mod etcd;
+pub mod follow;
 pub mod health;
 pub mod nodes;
 pub mod override_record;

@@ -9,11 +9,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{Compare, CompareOp, EventType, Txn, TxnOp, WatchOptions};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::etcd::{Backoff, MAX_MESSAGE, fetch_prefix};
+use super::etcd::EtcdError;
+use super::follow::{self, Event, KeyRange};
 use super::override_record::{Authors, Record, View, key};
 use crate::server::control::Control;
 use crate::server::overrides::{self, Change, OverrideError, OverrideState};
@@ -49,7 +51,7 @@ pub async fn change(
     let key = key(&session.settings.etcd.overrides_prefix(), &p.name, endpoint);
     let mut kv = session.client.kv_client();
     for _ in 0..ATTEMPTS {
-        let got = ask(kv.get(key.clone(), None)).await?;
+        let got = ask(session, kv.get(key.clone(), None)).await?;
         let (before, revision) = match got.kvs().first() {
             // A value this replica cannot read is no override: the change replaces it.
             Some(kv) => (Record::decode(kv.value()).unwrap_or_default(), kv.mod_revision()),
@@ -71,7 +73,7 @@ pub async fn change(
         let written = Txn::new()
             .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
             .and_then([TxnOp::put(key.clone(), record.encode(), None)]);
-        let written = ask(kv.txn(written)).await?;
+        let written = ask(session, kv.txn(written)).await?;
         if !written.succeeded() {
             continue;
         }
@@ -81,7 +83,7 @@ pub async fn change(
                 .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
                 .and_then([TxnOp::delete(key.clone(), None)]);
             // Left in place, the empty record is harmless: it is no override.
-            if let Err(e) = ask(kv.txn(delete)).await {
+            if let Err(e) = ask(session, kv.txn(delete)).await {
                 tracing::debug!(%key, error = %e, "cannot delete an emptied override");
             }
         }
@@ -96,100 +98,131 @@ pub async fn change(
 /// One etcd request of a change, within `ETCD_LIMIT`; any failure means etcd is not
 /// reachable enough to share the change.
 async fn ask<T>(
+    session: &Session,
     request: impl Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, OverrideError> {
-    match tokio::time::timeout(ETCD_LIMIT, request).await {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(OverrideError::Unavailable(e.to_string())),
-        Err(_) => Err(OverrideError::Unavailable(format!("no answer within {ETCD_LIMIT:?}"))),
-    }
+    let failed = match tokio::time::timeout(ETCD_LIMIT, request).await {
+        Ok(Ok(r)) => return Ok(r),
+        Ok(Err(e)) => EtcdError::from(e),
+        Err(_) => EtcdError::Timeout(ETCD_LIMIT),
+    };
+    Err(OverrideError::Unavailable(failed.at(&session.settings.etcd.endpoints.join(","))))
 }
 
 const WARNED_KEYS: usize = 10_000;
 
-/// Follows `<prefix>overrides/` for one replica: what it last read there, and from which
-/// revision on it watches.
+/// Follows `<prefix>overrides/` for one replica and applies what etcd holds.
 pub struct Follower {
     control: Arc<Control>,
-    session: Arc<Session>,
     prefix: String,
-    /// The prefix as read, and its revision, until the watch starts from there.
-    read: Option<(View, i64)>,
-    backoff: Backoff,
+    events: mpsc::Receiver<Event>,
+    /// The overrides as last read and followed.
+    view: View,
     /// Keys already warned about, so that a key that stays wrong is logged once (at most
     /// `WARNED_KEYS`; then forgotten, so that warnings come again rather than memory grow).
     warned: HashSet<String>,
 }
 
 impl Follower {
-    /// Reads the overrides etcd holds and applies them, within `ETCD_LIMIT`: at startup,
-    /// before the listeners open, so that a replica started later never answers with an
-    /// endpoint the others drained. When etcd does not answer in time it says what
-    /// applies instead; `run` applies etcd's as soon as it answers.
-    pub async fn start(control: Arc<Control>, session: Arc<Session>) -> Follower {
+    /// Starts following the overrides etcd holds and applies the first read, waiting at
+    /// most `ETCD_LIMIT`: at startup, before the listeners open, so that a replica started
+    /// later never answers with an endpoint the others drained. When etcd does not answer
+    /// in time it says what applies instead; `run` applies etcd's as soon as it answers.
+    pub async fn start(
+        control: Arc<Control>,
+        session: Arc<Session>,
+        cancel: CancellationToken,
+    ) -> Follower {
         let prefix = session.settings.etcd.overrides_prefix();
-        let mut f = Follower {
-            control,
-            session,
-            prefix,
-            read: None,
-            backoff: Backoff::default(),
-            warned: HashSet::new(),
-        };
-        if let Err(error) = f.read().await {
-            match f.control.state_file() {
-                Some(path) => tracing::warn!(
-                    error,
-                    state_file = %path.display(),
-                    "cannot read the overrides from etcd at startup; applying the state file's copy until etcd answers"
-                ),
-                None => tracing::warn!(
-                    error,
-                    "cannot read the overrides from etcd at startup and there is no state_file with a copy: none apply until etcd answers"
-                ),
+        let events = follow::spawn(session, KeyRange::prefix(&prefix), None, cancel);
+        let view = View::new(&prefix);
+        let mut f = Follower { control, prefix, events, view, warned: HashSet::new() };
+        let first = tokio::time::timeout(ETCD_LIMIT, f.events.recv()).await;
+        let error = match first {
+            Ok(Some(event @ Event::Snapshot { .. })) => {
+                f.take(event).await;
+                return f;
             }
+            Ok(Some(Event::Lost { error })) => error,
+            Ok(_) => "the follower stopped".to_string(),
+            Err(_) => EtcdError::Timeout(ETCD_LIMIT).to_string(),
+        };
+        match f.control.state_file() {
+            Some(path) => tracing::warn!(
+                error,
+                state_file = %path.display(),
+                "cannot read the overrides from etcd at startup; applying the state file's copy until etcd answers"
+            ),
+            None => tracing::warn!(
+                error,
+                "cannot read the overrides from etcd at startup and there is no state_file with a copy: none apply until etcd answers"
+            ),
         }
         f
     }
 
-    /// Follows the prefix until `cancel`: watches it from the revision after the last
-    /// read and applies every batch of changes. When the watch breaks (etcd unreachable,
-    /// or its revision compacted away) it reads the prefix again, after a backoff unless
-    /// the revision was compacted, and applies only what differs from what is applied: a
-    /// replica back from an outage rebuilds once at most.
+    /// Follows the prefix until `cancel`, applying every snapshot (at the first read, and
+    /// again after a compaction: only what differs from what is applied is rebuilt) and
+    /// every batch of changes.
     pub async fn run(mut self, cancel: CancellationToken) {
         loop {
-            let stopped = tokio::select! {
+            let event = tokio::select! {
                 _ = cancel.cancelled() => return,
-                stopped = self.follow() => stopped,
+                event = self.events.recv() => event,
             };
-            tracing::debug!(why = %stopped.why, "following the overrides in etcd again");
-            if !stopped.compacted {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(self.backoff.next_delay()) => {}
+            match event {
+                Some(event) => {
+                    self.take(event).await;
                 }
+                None => return,
             }
         }
     }
 
-    /// Reads the whole prefix and applies it; keeps it for the watch.
-    async fn read(&mut self) -> Result<(), String> {
-        let fetched = fetch_prefix(&self.session.client, &self.prefix);
-        let fetched = match tokio::time::timeout(ETCD_LIMIT, fetched).await {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err(format!("no answer within {ETCD_LIMIT:?}")),
-        };
-        let mut view = View::new(&self.prefix);
-        for e in &fetched.entries {
-            if let Err(why) = view.put(&e.key, &e.value) {
-                self.warn(&e.key, why);
+    /// Applies one event of the follower; false when it was not a snapshot or changes.
+    async fn take(&mut self, event: Event) -> bool {
+        match event {
+            Event::Snapshot { revision, entries } => {
+                self.view = View::new(&self.prefix);
+                for e in &entries {
+                    if let Err(why) = self.view.put(&e.key, &e.value) {
+                        self.warn(&e.key, why);
+                    }
+                }
+                apply(&self.control, &self.view, self.view.authors(), revision).await;
+                true
+            }
+            Event::Changes { revision, changes } => {
+                // Who made each change of this batch: an emptied override's author is in
+                // the value written just before its key was deleted, perhaps in the same
+                // batch.
+                let mut authors = Authors::new();
+                for change in &changes {
+                    match &change.value {
+                        Some(value) => match self.view.put(&change.key, value) {
+                            Ok((target, record)) if !record.by.is_empty() => {
+                                authors.insert(target.clone(), record.by.clone());
+                            }
+                            Ok(_) => {}
+                            Err(why) => self.warn(&change.key, why),
+                        },
+                        None => self.view.delete(&change.key),
+                    }
+                }
+                let mut all = self.view.authors();
+                all.append(&mut authors);
+                apply(&self.control, &self.view, all, revision).await;
+                true
+            }
+            Event::Lost { error } => {
+                tracing::debug!(%error, "overrides not followed until etcd is back");
+                false
+            }
+            Event::Resumed { revision } => {
+                tracing::debug!(revision, "following the overrides in etcd again");
+                false
             }
         }
-        apply(&self.control, &view, view.authors(), fetched.revision).await;
-        self.read = Some((view, fetched.revision));
-        Ok(())
     }
 
     fn warn(&mut self, key: &str, why: String) {
@@ -199,76 +232,6 @@ impl Follower {
         if self.warned.insert(key.to_string()) {
             tracing::warn!(%key, why, "etcd key under overrides/ ignored");
         }
-    }
-
-    /// Reads the prefix (unless `start` just did), then watches it until the watch breaks.
-    async fn follow(&mut self) -> Stopped {
-        let (mut view, read_at) = match self.read.take() {
-            Some(read) => read,
-            None => match self.read().await {
-                Ok(()) => self.read.take().expect("just read"),
-                Err(why) => return Stopped::broken(why),
-            },
-        };
-        let options = WatchOptions::new().with_prefix().with_start_revision(read_at + 1);
-        let mut watches = self.session.client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-        let mut stream = match watches.watch(self.prefix.as_str(), Some(options)).await {
-            Ok(s) => s,
-            Err(e) => return Stopped::broken(e),
-        };
-        self.backoff.reset();
-        loop {
-            let resp = match stream.message().await {
-                Ok(Some(r)) => r,
-                Ok(None) => return Stopped::broken("etcd ended the watch"),
-                Err(e) => return Stopped::broken(e),
-            };
-            if resp.compact_revision() > 0 {
-                let why = format!("revision {} was compacted", read_at + 1);
-                return Stopped { why, compacted: true };
-            }
-            if resp.canceled() {
-                let why = format!("etcd cancelled the watch: {}", resp.cancel_reason());
-                return Stopped::broken(why);
-            }
-            let mut revision = 0;
-            // Who made each change of this batch: an emptied override's author is in the
-            // value written just before its key was deleted, perhaps in the same batch.
-            let mut authors = Authors::new();
-            for event in resp.events() {
-                let Some(kv) = event.kv() else { continue };
-                revision = revision.max(kv.mod_revision());
-                let Ok(k) = kv.key_str() else { continue };
-                match event.event_type() {
-                    EventType::Put => match view.put(k, kv.value()) {
-                        Ok((target, record)) if !record.by.is_empty() => {
-                            authors.insert(target.clone(), record.by.clone());
-                        }
-                        Ok(_) => {}
-                        Err(why) => self.warn(k, why),
-                    },
-                    EventType::Delete => view.delete(k),
-                }
-            }
-            if revision > 0 {
-                let mut all = view.authors();
-                all.append(&mut authors);
-                apply(&self.control, &view, all, revision).await;
-            }
-        }
-    }
-}
-
-/// Why `follow` stopped.
-struct Stopped {
-    why: String,
-    /// The watch's revision is gone from etcd's history: read the prefix again at once.
-    compacted: bool,
-}
-
-impl Stopped {
-    fn broken(why: impl ToString) -> Stopped {
-        Stopped { why: why.to_string(), compacted: false }
     }
 }
 

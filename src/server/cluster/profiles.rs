@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::Client;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::etcd::{self, Backoff, EtcdError, MAX_MESSAGE};
+use super::etcd::{self, Backoff, Entry, EtcdError};
+use super::follow::{self, KeyRange};
 use crate::config::remote::{self, RemoteFile, RemoteProfiles};
 use crate::config::{self, ConfigError, ConfigErrors, Loaded, ProfileSource};
 use crate::model::cluster::{ClusterSettings, EtcdSettings};
@@ -98,6 +100,15 @@ impl Seen {
         }
     }
 
+    /// The keys of `range` as read at `revision`.
+    fn read(etcd: &EtcdSettings, revision: i64, entries: Vec<Entry>) -> Seen {
+        let mut seen = Seen { next: revision + 1, ..Seen::default() };
+        for e in entries {
+            seen.record(etcd, e.key.as_bytes(), Event::Put(&e.value, e.mod_revision));
+        }
+        seen
+    }
+
     /// Takes one watch event on a key of the watched range; whether it changed anything
     /// loaded (keys between the profiles and the marker are none of ours).
     fn record(&mut self, etcd: &EtcdSettings, key: &[u8], event: Event<'_>) -> bool {
@@ -132,22 +143,18 @@ enum Event<'a> {
     Delete,
 }
 
+/// The keys a replica follows for its profiles: the profiles prefix up to and including
+/// the marker (`profiles/` sorts before `pushed`), so that one read and one watch keep both
+/// in one order of events; other keys in that range are ignored.
+pub fn range(etcd: &EtcdSettings) -> KeyRange {
+    KeyRange::through(&etcd.profiles_prefix(), &marker_key(etcd))
+}
+
 /// Reads every profile key and the marker at one revision.
 pub async fn fetch(client: &Client, etcd: &EtcdSettings) -> Result<Seen, EtcdError> {
-    let fetched = etcd::fetch_prefix(client, &etcd.profiles_prefix()).await?;
-    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-    let at = GetOptions::new().with_revision(fetched.revision);
-    let marker = kv.get(marker_key(etcd), Some(at)).await?;
-    let mut seen = Seen {
-        marker: marker.kvs().first().map_or(0, |kv| kv.mod_revision()),
-        next: fetched.revision + 1,
-        ..Seen::default()
-    };
-    for e in fetched.entries {
-        let text = String::from_utf8(e.value).ok().map(Arc::from);
-        seen.files.insert(e.key, Stored { text, mod_revision: e.mod_revision });
-    }
-    Ok(seen)
+    let range = range(etcd);
+    let fetched = etcd::fetch_range(client, &range.start, &range.end).await?;
+    Ok(Seen::read(etcd, fetched.revision, fetched.entries))
 }
 
 /// `fetch`, tried again with backoff until `wait` has passed.
@@ -329,167 +336,83 @@ pub async fn watch(
     cancel: CancellationToken,
 ) {
     let offered = seen.as_ref().and_then(|s| s.profiles().ok());
-    let mut w =
-        Watcher { control, session, seen, offered, refused: None, backoff: Backoff::default() };
-    w.run(cancel).await
+    let etcd = session.settings.etcd.clone();
+    let after = seen.as_ref().map(Seen::read_at);
+    let events = follow::spawn(session, range(&etcd), after, cancel.clone());
+    let mut w = Watcher { control, etcd, seen, offered, refused: None };
+    w.run(events, cancel).await
 }
 
 struct Watcher {
     control: Arc<Control>,
-    session: Arc<Session>,
-    /// What etcd holds as far as read; `None` until read whole (again).
+    etcd: EtcdSettings,
+    /// What etcd holds as far as read; `None` until read whole.
     seen: Option<Seen>,
     /// The set last handed to `Control` (applied or refused): the same set is never
     /// loaded twice, so a refused set is not retried at every reconnect.
     offered: Option<RemoteProfiles>,
     /// The errors of a set that could not even be made (a value not UTF-8), last reported.
     refused: Option<ConfigErrors>,
-    backoff: Backoff,
-}
-
-/// Why following a watch stream stopped.
-enum Ended {
-    Cancelled,
-    /// The revision to resume from is gone: read everything again.
-    Compacted(i64),
-    Broken(String),
 }
 
 impl Watcher {
-    async fn run(&mut self, cancel: CancellationToken) {
-        let etcd = self.session.settings.etcd.clone();
-        loop {
-            if self.seen.is_none() {
-                match fetch(&self.session.client, &etcd).await {
-                    Ok(seen) => {
-                        tracing::debug!(revision = seen.revision(), "profiles read from etcd");
-                        self.seen = Some(seen);
-                        if self.offer(&cancel).await {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "cannot read the profiles from etcd");
-                        if self.pause(&cancel).await {
-                            return;
-                        }
-                        continue;
-                    }
-                }
-            }
-            let from = self.seen.as_ref().map_or(0, |s| s.next);
-            let ended = match open(&self.session.client, &etcd, from).await {
-                Ok(stream) => self.follow(stream, &etcd, &cancel).await,
-                Err(e) => Ended::Broken(e.to_string()),
-            };
-            match ended {
-                Ended::Cancelled => return,
-                Ended::Compacted(at) => {
-                    tracing::info!(
-                        from,
-                        compacted = at,
-                        "etcd compacted the revisions after the last one seen; reading the profiles again"
-                    );
-                    self.seen = None;
-                }
-                Ended::Broken(why) => {
-                    tracing::debug!(from, error = %why, "profiles watch ended; resuming");
-                    if self.pause(&cancel).await {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Waits the backoff; true when cancelled meanwhile.
-    async fn pause(&mut self, cancel: &CancellationToken) -> bool {
-        tokio::select! {
-            _ = cancel.cancelled() => true,
-            _ = tokio::time::sleep(self.backoff.next_delay()) => false,
-        }
-    }
-
-    /// Applies the stream's events to `seen`, and offers the result once quiet: a push is
-    /// one transaction (one response, with the marker: offered at once), but keys edited
+    /// Applies the follower's events to `seen`, and offers the result once quiet: a push
+    /// is one transaction (one batch, with the marker: offered at once), but keys edited
     /// one by one arrive apart, and are debounced like file changes.
-    async fn follow(
-        &mut self,
-        mut stream: WatchStream,
-        etcd: &EtcdSettings,
-        cancel: &CancellationToken,
-    ) -> Ended {
+    async fn run(&mut self, mut events: mpsc::Receiver<follow::Event>, cancel: CancellationToken) {
         let mut pending: Option<(Instant, Instant)> = None;
-        let ended = loop {
+        loop {
             let due = pending.map(|(_, due)| due);
-            let got = tokio::select! {
-                _ = cancel.cancelled() => return Ended::Cancelled,
+            let event = tokio::select! {
+                _ = cancel.cancelled() => return,
                 _ = sleep_until(due) => {
                     pending = None;
-                    if self.offer(cancel).await {
-                        return Ended::Cancelled;
+                    if self.offer(&cancel).await {
+                        return;
                     }
                     continue;
                 }
-                got = stream.message() => got,
+                event = events.recv() => event,
             };
-            let resp = match got {
-                Ok(Some(resp)) => resp,
-                Ok(None) => break Ended::Broken("etcd closed the watch".into()),
-                Err(e) => break Ended::Broken(e.to_string()),
+            let (changed, pushed) = match event {
+                None => return,
+                Some(follow::Event::Snapshot { revision, entries }) => {
+                    tracing::debug!(revision, "profiles read from etcd");
+                    self.seen = Some(Seen::read(&self.etcd, revision, entries));
+                    (true, true)
+                }
+                Some(follow::Event::Changes { changes, .. }) => self.apply(&changes),
+                // Changes already taken are offered without waiting for etcd.
+                Some(follow::Event::Lost { .. }) => (false, pending.is_some()),
+                Some(follow::Event::Resumed { .. }) => (false, false),
             };
-            if resp.canceled() {
-                break match resp.compact_revision() {
-                    0 => {
-                        Ended::Broken(format!("etcd cancelled the watch: {}", resp.cancel_reason()))
-                    }
-                    at => Ended::Compacted(at),
-                };
-            }
-            if resp.created() {
-                self.backoff.reset();
-            }
-            let (changed, pushed) = self.apply(&resp, etcd);
             if pushed {
                 pending = None;
-                if self.offer(cancel).await {
-                    return Ended::Cancelled;
+                if self.offer(&cancel).await {
+                    return;
                 }
             } else if changed {
                 let now = Instant::now();
                 let first = pending.map_or(now, |(first, _)| first);
                 pending = Some((first, (now + DEBOUNCE).min(first + MAX_DELAY)));
             }
-        };
-        // Events already taken are not lost with the stream.
-        if pending.is_some() && self.offer(cancel).await {
-            return Ended::Cancelled;
         }
-        ended
     }
 
-    /// Takes one watch response: whether it changed anything, and whether it holds a push
-    /// (the marker was written).
-    fn apply(&mut self, resp: &WatchResponse, etcd: &EtcdSettings) -> (bool, bool) {
+    /// Takes one batch of changes: whether it changed anything, and whether it holds a
+    /// push (the marker was written).
+    fn apply(&mut self, changes: &[follow::Change]) -> (bool, bool) {
         let Some(seen) = self.seen.as_mut() else { return (false, false) };
-        let marker = marker_key(etcd);
+        let marker = marker_key(&self.etcd);
         let (mut changed, mut pushed) = (false, false);
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            seen.next = seen.next.max(kv.mod_revision() + 1);
-            let event = match ev.event_type() {
-                EventType::Put => Event::Put(kv.value(), kv.mod_revision()),
-                EventType::Delete => Event::Delete,
+        for c in changes {
+            seen.next = seen.next.max(c.mod_revision + 1);
+            let event = match &c.value {
+                Some(value) => Event::Put(value, c.mod_revision),
+                None => Event::Delete,
             };
-            changed |= seen.record(etcd, kv.key(), event);
-            pushed |= kv.key() == marker.as_bytes() && matches!(event, Event::Put(..));
-        }
-        // A progress notice: every event up to its revision has been sent.
-        if resp.events().is_empty()
-            && !resp.created()
-            && let Some(h) = resp.header()
-        {
-            seen.next = seen.next.max(h.revision() + 1);
+            changed |= seen.record(&self.etcd, c.key.as_bytes(), event);
+            pushed |= c.key == marker && c.value.is_some();
         }
         (changed, pushed)
     }
@@ -523,18 +446,6 @@ impl Watcher {
             _ = applying => false,
         }
     }
-}
-
-/// A watch on the profile keys and the marker from revision `from`. One range from the
-/// profiles prefix up to and including the marker (`profiles/` sorts before `pushed`):
-/// one watch keeps both in one order of events; other keys in that range are ignored.
-async fn open(client: &Client, etcd: &EtcdSettings, from: i64) -> Result<WatchStream, EtcdError> {
-    let mut end = marker_key(etcd).into_bytes();
-    end.push(0);
-    let options =
-        WatchOptions::new().with_range(end).with_start_revision(from).with_progress_notify();
-    let mut watch = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-    Ok(watch.watch(etcd.profiles_prefix(), Some(options)).await?)
 }
 
 /// Until `due`, or forever without one.

@@ -6,8 +6,9 @@
 //!
 //! With a user (`cluster.etcd.username`) the session logs in before its first lease and
 //! again at every reconnection: a restarted etcd has forgotten every token, and watches
-//! opened with a forgotten token are refused without the client noticing. Until then the
-//! other parts' requests fail as if etcd were down, and they retry.
+//! opened with a forgotten token are refused without the client noticing (`follow` logs in
+//! again when that happens). Until then the other parts' requests fail as if etcd were
+//! down, and they retry.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +68,13 @@ impl Session {
         etcd::log_in(&self.client, &self.settings.etcd).await?;
         self.logged_in.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Logs in again even when logged in: etcd refused the token (it expired, or etcd
+    /// restarted and forgot it).
+    pub async fn log_in_again(&self) -> Result<(), EtcdError> {
+        self.logged_in.store(false, Ordering::Relaxed);
+        self.log_in().await
     }
 
     /// Records a change of connection state, logging only changes (and the first state).
@@ -152,7 +160,7 @@ impl Session {
         let mut leases = self.client.lease_client();
         let (mut keeper, mut stream) = match leases.keep_alive(id).await {
             Ok(pair) => pair,
-            Err(e) => return e.to_string(),
+            Err(e) => return EtcdError::from(e).to_string(),
         };
         let every = ttl / 3;
         loop {
@@ -164,7 +172,7 @@ impl Session {
                 Ok(Ok(Some(resp))) if resp.ttl() > 0 => {}
                 Ok(Ok(Some(_))) => return "the lease expired".into(),
                 Ok(Ok(None)) => return "etcd closed the lease stream".into(),
-                Ok(Err(e)) => return e.to_string(),
+                Ok(Err(e)) => return EtcdError::from(e).to_string(),
                 Err(_) => return format!("no lease renewal within {every:?}"),
             }
             tokio::time::sleep(every).await;
