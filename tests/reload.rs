@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hickory_proto::rr::RData;
+use steerdns::server::reloader::Trigger;
 
 /// The requirement: a file change shows up on the wire within this long.
 const RELOAD_DEADLINE: Duration = Duration::from_secs(2);
@@ -431,6 +432,85 @@ async fn post_reload_returns_200_with_a_growing_generation() {
     h.stop().await;
 }
 
+/// `steerdns_reload_requests_total` of one trigger, as `/metrics` shows it.
+fn requests(m: &Prom, trigger: &str) -> u64 {
+    m.sum("steerdns_reload_requests_total", &[("trigger", trigger)]) as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_requests_during_a_reload_is_one_more_reload() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let reloader = h.server().reloader();
+    let (before, generation) = (reloads(&h), h.server().snapshot().generation);
+    // A reload reads every file; twenty requests made while it runs wait for one more.
+    for _ in 0..19 {
+        reloader.request(Trigger::Signal);
+    }
+    let last = reloader.reload(Trigger::Signal).await.expect("the reload applies");
+    let ran = reloads(&h) - before;
+    assert!((1..=2).contains(&ran), "20 requests in a burst ran {ran} reloads");
+    assert_eq!(last, generation + ran, "each reload is one generation");
+    let m = scrape(h.admin(), None).await;
+    assert_eq!(requests(&m, "sighup"), 20);
+    assert_eq!(m.sum("steerdns_reloads_total", &[]) as u64, reloads(&h));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_triggers_coalesce_and_leave_the_last_written_configuration() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let (admin, reloader) = (h.admin(), h.server().reloader());
+    let start_generation = h.server().snapshot().generation;
+    let targets = ["192.0.2.101", "192.0.2.102", "192.0.2.103", "192.0.2.104", "192.0.2.105"];
+    // Every round: a file change (seen by the watcher), a SIGHUP's request, an API call and
+    // a direct request, all at once. Each caller that waits gets a reload that started
+    // after its request, so it sees the file as written before it asked.
+    let mut api_calls = 0;
+    for (round, target) in targets.iter().enumerate() {
+        write_atomic(&h.profile_path("live.yaml"), &one_target("live", target));
+        reloader.request(Trigger::Signal);
+        let api = http_post(admin, "/api/v1/reload", None);
+        let direct = reloader.reload(Trigger::Request);
+        let (api, direct) = tokio::join!(api, direct);
+        api_calls += 1;
+        assert_eq!(api.status, 200, "round {round}: {api:?} {}", api.text());
+        let direct = direct.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let from_api = api.json()["generation"].as_u64().expect("generation");
+        assert!(direct > start_generation && from_api > start_generation, "round {round}");
+        assert_eq!(answer(&h, "live").await, format!("A {target}"), "round {round}");
+    }
+    // The watcher's reloads come in after its quiet time.
+    let since = Instant::now();
+    let m = loop {
+        let m = scrape(admin, None).await;
+        if requests(&m, "file") > 0 {
+            break m;
+        }
+        assert!(since.elapsed() < PATIENCE, "the watcher asked for no reload");
+        tokio::time::sleep(POLL_EVERY).await;
+    };
+    assert_eq!(requests(&m, "sighup"), targets.len() as u64);
+    assert_eq!(requests(&m, "api"), api_calls);
+    assert_eq!(requests(&m, "request"), targets.len() as u64);
+    // Settled: no request waits and none is running.
+    wait_until("the last reload done", || {
+        h.server().snapshot().generation == start_generation + reloads(&h)
+    })
+    .await;
+    let m = scrape(admin, None).await;
+    let asked: u64 = ["sighup", "api", "file", "request", "key_timing", "etcd"]
+        .iter()
+        .map(|t| requests(&m, t))
+        .sum();
+    let ran = m.sum("steerdns_reloads_total", &[]) as u64;
+    assert!(ran <= asked, "{ran} reloads for {asked} requests");
+    assert_eq!(m.sum("steerdns_reload_failures_total", &[]), 0.0);
+    assert_eq!(m.sum("steerdns_config_generation", &[]) as u64, start_generation + ran);
+    assert_eq!(answer(&h, "live").await, format!("A {}", targets[targets.len() - 1]));
+    println!("MEASURE racing triggers: {asked} requests, {ran} reloads");
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zone_serial_grows_only_when_the_zone_changed() {
     let h = start_with(&profiles_with_live(), false).await;
@@ -556,18 +636,14 @@ async fn no_query_lost_or_wrong_during_30_rapid_reloads() {
     let mut generation = h.server().snapshot().generation;
     let mut serial = serial0;
     let mut took = Vec::new();
-    let control = h.server().control().clone();
+    let reloader = h.server().reloader();
     for i in 0..RELOADS {
         let target = if i % 2 == 0 { FLIP_B } else { FLIP_A };
         // Atomic replace, so no reader (the watcher's reload included) sees half a file.
         write_atomic(&h.profile_path("flip.yaml"), &one_target("flip", target));
         let start = Instant::now();
         let g = if i % 2 == 0 {
-            let c = control.clone();
-            tokio::task::spawn_blocking(move || c.reload("test"))
-                .await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("reload {i}: {e}"))
+            reloader.reload(Trigger::Request).await.unwrap_or_else(|e| panic!("reload {i}: {e}"))
         } else {
             let r = http_post(admin, "/api/v1/reload", None).await;
             assert_eq!(r.status, 200, "reload {i}: {r:?} {}", r.text());
