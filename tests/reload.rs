@@ -782,6 +782,8 @@ fn strip_ansi(s: &str) -> String {
 struct Binary {
     child: Child,
     addr: SocketAddr,
+    /// The admin API's address, when it was started with one.
+    admin: Option<SocketAddr>,
     stderr: Arc<Mutex<Vec<String>>>,
     raw_ansi: Arc<AtomicU64>,
     /// The thread collecting stderr: it ends once the process has exited and every line
@@ -793,9 +795,23 @@ impl Binary {
     /// Writes the test configuration on a free port into `dir` and spawns the binary
     /// (without waiting for it).
     fn spawn(dir: &Path, profiles: &[(&str, &str)], json: bool) -> Binary {
+        Binary::spawn_with(dir, profiles, json, false)
+    }
+
+    /// `spawn`, with the admin API on another free port when `admin`.
+    fn spawn_with(dir: &Path, profiles: &[(&str, &str)], json: bool, admin: bool) -> Binary {
         let port = free_port();
         write_config(dir, profiles);
-        let yaml = steerdns_yaml().replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+        let admin = admin.then(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
+        let yaml = match admin {
+            Some(a) => with_admin(&steerdns_yaml(), None).replacen(
+                "admin: \"127.0.0.1:0\"",
+                &format!("admin: \"{a}\""),
+                1,
+            ),
+            None => steerdns_yaml(),
+        };
+        let yaml = yaml.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_steerdns"));
         if json {
@@ -824,7 +840,7 @@ impl Binary {
             }
         });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        Binary { child, addr, stderr, raw_ansi, reader: Some(reader) }
+        Binary { child, addr, admin, stderr, raw_ansi, reader: Some(reader) }
     }
 
     /// Whether the process has exited; if so, its whole stderr has been collected.
@@ -841,8 +857,13 @@ impl Binary {
     /// Spawns the binary and waits until it answers and has logged "serving"; retries
     /// with another port when the port was taken meanwhile.
     async fn start(dir: &Path, profiles: &[(&str, &str)], json: bool) -> Binary {
+        Binary::start_with(dir, profiles, json, false).await
+    }
+
+    /// `start`, with the admin API when `admin`.
+    async fn start_with(dir: &Path, profiles: &[(&str, &str)], json: bool, admin: bool) -> Binary {
         for _ in 0..5 {
-            let mut b = Binary::spawn(dir, profiles, json);
+            let mut b = Binary::spawn_with(dir, profiles, json, admin);
             if b.wait_ready().await {
                 // Startup is complete once "serving" is logged (see
                 // `sighup_as_soon_as_the_port_accepts_reloads_instead_of_killing`).
@@ -1010,6 +1031,49 @@ async fn sighup_reloads_the_running_binary() {
     assert!(status.success(), "exit after SIGTERM: {status:?}\n{text}");
     assert_eq!(status.code(), Some(0));
     assert!(text.contains("shutting down"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_api_and_file_change_at_once_go_through_one_reloader_in_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Binary::start_with(dir.path(), DEFAULT_PROFILES, false, true).await;
+    let admin = bin.admin.expect("admin API");
+    let targets = ["192.0.2.121", "192.0.2.122", "192.0.2.123"];
+    for (round, target) in targets.iter().enumerate() {
+        // The file changes (the watcher asks), a SIGHUP asks, and the API asks, at once.
+        write_atomic(&dir.path().join("profiles/priority.yaml"), &one_target("www", target));
+        bin.signal(libc::SIGHUP);
+        let r = http_post(admin, "/api/v1/reload", None).await;
+        assert_eq!(r.status, 200, "round {round}: {r:?} {}", r.text());
+        // The API's reload started after its request, so it read the file written before.
+        assert_eq!(bin.answer("www").await, format!("A {target}"), "round {round}");
+    }
+    // Every trigger shows up in the request counts; all are served by the same reloads.
+    let start = Instant::now();
+    let m = loop {
+        let m = scrape(admin, None).await;
+        let settled = requests(&m, "file") > 0
+            && requests(&m, "sighup") > 0
+            && m.sum("steerdns_config_generation", &[])
+                == 1.0 + m.sum("steerdns_reloads_total", &[]);
+        if settled {
+            break m;
+        }
+        assert!(start.elapsed() < PATIENCE, "the triggers never settled:\n{}", bin.stderr_text());
+        tokio::time::sleep(POLL_EVERY).await;
+    };
+    assert_eq!(requests(&m, "api"), targets.len() as u64);
+    let asked: u64 = ["sighup", "api", "file"].iter().map(|t| requests(&m, t)).sum();
+    let ran = m.sum("steerdns_reloads_total", &[]) as u64;
+    assert!((1..=asked).contains(&ran), "{ran} reloads for {asked} requests");
+    assert_eq!(m.sum("steerdns_reload_failures_total", &[]), 0.0);
+    let lines = bin.stderr_text();
+    let logged = lines.lines().filter(|l| l.contains("configuration reloaded")).count();
+    assert_eq!(logged as u64, ran, "one line per reload:\n{lines}");
+    assert_eq!(bin.answer("www").await, format!("A {}", targets[targets.len() - 1]));
+    println!("MEASURE binary: {asked} requests (sighup, api, file), {ran} reloads");
+    let (status, text) = bin.terminate().await;
+    assert!(status.success(), "exit after SIGTERM: {status:?}\n{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
