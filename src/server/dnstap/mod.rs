@@ -68,7 +68,7 @@ pub struct Stats {
 /// What the query paths and one writer share.
 struct Shared {
     /// The sampler's threshold (`Sampler::below`), changed in place by a reload.
-    sample: AtomicU64,
+    sample: SampleCell,
     stats: Arc<Stats>,
     /// Rings made since the writer last looked; it adopts them.
     new_rings: Mutex<Vec<Receiver>>,
@@ -103,13 +103,18 @@ impl Shared {
 
     #[inline]
     fn sampled(&self, rng: &mut impl RngCore) -> bool {
-        Sampler { below: self.sample.load(Ordering::Relaxed) }.take(rng)
+        Sampler { below: self.sample.0.load(Ordering::Relaxed) }.take(rng)
     }
 
     fn count_dropped(&self, messages: u64) {
         self.stats.dropped_queue_full.fetch_add(messages, Ordering::Relaxed);
     }
 }
+
+/// The sampler's threshold on a cache line of its own: every logged-or-not decision reads
+/// it, and the pool's mutex next to it changes whenever a TCP connection takes a ring.
+#[repr(align(128))]
+struct SampleCell(AtomicU64);
 
 /// Which exchanges are logged: a fraction `sample` of them, drawn with the caller's RNG.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +161,7 @@ impl Tap {
             DnstapOutput::Socket(path) => writer::Output::socket(path),
         };
         let shared = Arc::new(Shared {
-            sample: AtomicU64::new(Sampler::new(config.sample).below),
+            sample: SampleCell(AtomicU64::new(Sampler::new(config.sample).below)),
             stats,
             new_rings: Mutex::new(Vec::new()),
             tcp_pool: Mutex::new(Vec::with_capacity(TCP_RINGS)),
@@ -194,7 +199,7 @@ impl Tap {
     /// Takes a new sampling fraction, identity and version without a new stream (the
     /// output stays the same).
     fn adjust(&mut self, config: &Dnstap) {
-        self.shared.sample.store(Sampler::new(config.sample).below, Ordering::Relaxed);
+        self.shared.sample.0.store(Sampler::new(config.sample).below, Ordering::Relaxed);
         if (&config.identity, &config.version) != (&self.config.identity, &self.config.version) {
             let next = (config.identity.clone(), config.version.clone());
             *self.shared.encoder.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);

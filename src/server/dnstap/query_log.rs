@@ -6,7 +6,7 @@
 //! a reload. The old writer drains what its rings still hold, at most `STOP_LIMIT` for
 //! those not let go of yet, and closes its stream.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
@@ -22,6 +22,8 @@ pub struct QueryLog {
     generation: AtomicU64,
     /// The counts of every writer started, kept across reloads.
     stats: Arc<Stats>,
+    /// `log.dnstap` was set at some time: its metrics are shown from then on.
+    ever: AtomicBool,
     /// Taken by reloads and shutdown only.
     writers: Mutex<Writers>,
 }
@@ -31,8 +33,6 @@ struct Writers {
     running: Option<Tap>,
     /// Replaced writers, joined at shutdown (and forgotten once they ended).
     stopped: Vec<Tap>,
-    /// `log.dnstap` was set at some time: its metrics are shown from then on.
-    ever: bool,
 }
 
 impl QueryLog {
@@ -44,7 +44,8 @@ impl QueryLog {
             current: ArcSwapOption::new(running.as_ref().map(|t| t.shared.clone())),
             generation: AtomicU64::new(0),
             stats,
-            writers: Mutex::new(Writers { ever: running.is_some(), running, stopped: Vec::new() }),
+            ever: AtomicBool::new(running.is_some()),
+            writers: Mutex::new(Writers { running, stopped: Vec::new() }),
         })
     }
 
@@ -69,7 +70,9 @@ impl QueryLog {
         let next = config.map(|c| Tap::start_counting(c, self.stats.clone())).transpose()?;
         self.current.store(next.as_ref().map(|t| t.shared.clone()));
         self.generation.fetch_add(1, Ordering::Release);
-        writers.ever |= next.is_some();
+        if next.is_some() {
+            self.ever.store(true, Ordering::Relaxed);
+        }
         if let Some(old) = std::mem::replace(&mut writers.running, next) {
             old.stop();
             if writers.running.is_none() {
@@ -88,8 +91,7 @@ impl QueryLog {
 
     /// The counts, once `log.dnstap` has been set (at start or by a reload).
     pub fn stats(&self) -> Option<&Stats> {
-        let ever = self.writers.lock().unwrap_or_else(|e| e.into_inner()).ever;
-        ever.then_some(&*self.stats)
+        self.ever.load(Ordering::Relaxed).then_some(&*self.stats)
     }
 
     /// The way in for one UDP worker thread.
