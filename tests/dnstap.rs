@@ -521,6 +521,24 @@ async fn a_reload_of_sample_or_identity_keeps_the_stream_and_applies_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_to_an_output_that_cannot_open_keeps_the_running_log() {
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("queries.fstrm");
+    let h = logging(&format!("  dnstap:\n    file: {}\n", path.display())).await;
+    let running = h.server().control().dnstap.running();
+    let missing = out.path().join("no-such-directory/queries.fstrm");
+    // The rest of the configuration applies; the log stays where it was.
+    reload_with_log(&h, Some(&format!("  dnstap:\n    file: {}\n", missing.display())));
+    assert_eq!(h.server().control().dnstap.running(), running);
+    assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
+    let s = stats(&h);
+    wait_for(WAIT, "the exchange written to the running log", || load(&s.sent) == 2).await;
+    h.stop().await;
+    assert_eq!(frames(&path).len(), 2);
+    assert!(!missing.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_connections_past_the_ring_pool_count_drops_and_are_answered() {
     use steerdns::server::dnstap::TCP_RINGS;
     let out = tempfile::tempdir().unwrap();

@@ -2,7 +2,8 @@
 //! configurations (YAML syntax, semantics) keep the old answers and are reported with
 //! FILE:LINE:COL; SIGHUP on the real binary; `POST /api/v1/reload`; a query stream from
 //! four threads during 30 rapid reloads with zero lost or wrong answers; zone serials;
-//! listen address changes.
+//! listen address changes; every trigger through the one reloader, requests during a
+//! reload coalesced into one more, racing triggers leaving the last written files.
 //!
 //! Measurements (time for a change to show up, retries, reload times) are printed with a
 //! `MEASURE` prefix: run with `--nocapture` to see them.
