@@ -450,6 +450,7 @@ async fn a_burst_of_requests_during_a_reload_is_one_more_reload() {
     let last = reloader.reload(Trigger::Signal).await.expect("the reload applies");
     let ran = reloads(&h) - before;
     assert!((1..=2).contains(&ran), "20 requests in a burst ran {ran} reloads");
+    println!("MEASURE burst: 20 requests during a reload ran {ran} reloads");
     assert_eq!(last, generation + ran, "each reload is one generation");
     let m = scrape(h.admin(), None).await;
     assert_eq!(requests(&m, "sighup"), 20);
