@@ -235,13 +235,16 @@ impl Reloader {
 
 /// Runs the pending batches one after another until none is left.
 fn run(control: &Control) {
-    // If a reload panics, the next request starts a new thread; the batch's waiters see
-    // their channels closed.
+    // If a reload panics, its waiters and those of the batch after it see their channels
+    // closed (`ReloadError::Aborted`) rather than wait for a thread that is gone; the next
+    // request starts a new one.
     struct Running<'a>(&'a Requests);
     impl Drop for Running<'_> {
         fn drop(&mut self) {
             if std::thread::panicking() {
-                self.0.queue.lock().unwrap_or_else(|e| e.into_inner()).running = false;
+                let mut queue = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+                queue.running = false;
+                queue.pending = None;
             }
         }
     }
