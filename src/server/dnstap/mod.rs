@@ -13,6 +13,7 @@ mod encode;
 mod fstrm;
 mod query_log;
 mod ring;
+mod ring_pool;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use rand::RngCore;
 
 use crate::model::snapshot::{Dnstap, DnstapOutput};
 use ring::{Receiver, Sender};
+use ring_pool::{RingPool, Taken};
 
 pub use encode::Time;
 pub use query_log::{QueryLog, TcpLog, UdpLog};
@@ -72,9 +74,9 @@ struct Shared {
     stats: Arc<Stats>,
     /// Rings made since the writer last looked; it adopts them.
     new_rings: Mutex<Vec<Receiver>>,
-    /// The TCP rings no connection holds. Taken at a connection's first logged exchange
-    /// (without waiting) and given back when it ends; never touched per query otherwise.
-    tcp_pool: Mutex<Vec<Sender>>,
+    /// The TCP rings. A connection takes one (without a lock or a wait) at its first
+    /// logged exchange and gives it back when it ends.
+    tcp_pool: RingPool,
     /// A new `identity` and `version` for the writer's messages, set by a reload.
     encoder: Mutex<Option<(String, String)>>,
     /// Set once the writer should end: it drains what is left, at most until `stop_by`
@@ -160,18 +162,18 @@ impl Tap {
                 .map_err(|source| DnstapError::File { path: path.clone(), source })?,
             DnstapOutput::Socket(path) => writer::Output::socket(path),
         };
+        let (tcp, rings): (Vec<Sender>, Vec<Receiver>) =
+            (0..TCP_RINGS).map(|_| ring::ring(TCP_RING_BYTES)).unzip();
         let shared = Arc::new(Shared {
             sample: SampleCell(AtomicU64::new(Sampler::new(config.sample).below)),
             stats,
-            new_rings: Mutex::new(Vec::new()),
-            tcp_pool: Mutex::new(Vec::with_capacity(TCP_RINGS)),
+            new_rings: Mutex::new(rings),
+            tcp_pool: RingPool::new(tcp),
             encoder: Mutex::new(None),
             stop: AtomicBool::new(false),
             stop_by: OnceLock::new(),
             writer: OnceLock::new(),
         });
-        let pool: Vec<Sender> = (0..TCP_RINGS).map(|_| shared.ring(TCP_RING_BYTES)).collect();
-        *shared.tcp_pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
         let w = writer::Writer::new(shared.clone(), output, &config.identity, &config.version);
         let thread = std::thread::Builder::new()
             .name("dnstap".into())
@@ -278,15 +280,15 @@ impl UdpTap {
 
 /// One TCP connection's way in. The connection alone writes to its ring, which it takes
 /// from the pool at its first logged exchange and gives back when it ends, so no two
-/// connections share a ring and no query waits for a lock.
+/// connections share a ring and no query takes a lock.
 pub struct TcpTap {
-    sender: Option<Sender>,
+    ring: Option<Taken>,
     shared: Arc<Shared>,
 }
 
 impl TcpTap {
     fn new(shared: Arc<Shared>) -> TcpTap {
-        TcpTap { sender: None, shared }
+        TcpTap { ring: None, shared }
     }
 
     #[inline]
@@ -297,10 +299,10 @@ impl TcpTap {
     /// Copies an exchange into the connection's ring, or counts it as dropped when the
     /// ring is full or none is free.
     pub fn offer(&mut self, ex: &Exchange<'_>) {
-        if self.sender.is_none() {
-            self.sender = self.take_ring();
+        if self.ring.is_none() && !self.shared.stopping() {
+            self.ring = self.shared.tcp_pool.take();
         }
-        let Some(sender) = &mut self.sender else {
+        let Some(Taken { sender, .. }) = &mut self.ring else {
             return self.shared.count_dropped(ex.messages());
         };
         if !sender.offer(ex) {
@@ -310,23 +312,15 @@ impl TcpTap {
             self.shared.wake();
         }
     }
-
-    /// A ring from the pool, without waiting: a pool busy at this instant (another
-    /// connection taking or giving one back) is tried again at the next exchange.
-    fn take_ring(&self) -> Option<Sender> {
-        if self.shared.stopping() {
-            return None;
-        }
-        self.shared.tcp_pool.try_lock().ok()?.pop()
-    }
 }
 
 impl Drop for TcpTap {
     fn drop(&mut self) {
-        let Some(sender) = self.sender.take() else { return };
-        // A stopping writer waits for its rings to be let go of: drop it then.
+        let Some(ring) = self.ring.take() else { return };
+        // A stopping writer waits for its rings to be let go of: drop it then (a ring
+        // given back meanwhile is dropped by the writer's next round).
         if !self.shared.stopping() {
-            self.shared.tcp_pool.lock().unwrap_or_else(|e| e.into_inner()).push(sender);
+            self.shared.tcp_pool.give_back(ring);
         }
     }
 }

@@ -194,7 +194,7 @@ impl Writer {
             let stopping = self.shared.stopping();
             if stopping {
                 // The TCP rings no connection holds: nothing more comes through them.
-                self.shared.tcp_pool.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                self.shared.tcp_pool.close_free();
             }
             self.adopt_rings();
             self.take_encoder();
