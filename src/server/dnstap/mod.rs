@@ -114,7 +114,7 @@ impl Shared {
 }
 
 /// The sampler's threshold on a cache line of its own: every logged-or-not decision reads
-/// it, and the pool's mutex next to it changes whenever a TCP connection takes a ring.
+/// it, apart from the fields beside it that change (the mutexes, the stop flag).
 #[repr(align(128))]
 struct SampleCell(AtomicU64);
 
