@@ -60,7 +60,7 @@ fn sign_rate(seconds: u64) {
     for algorithm in [Algorithm::EcdsaP256Sha256, Algorithm::Ed25519] {
         let zone = signing(algorithm);
         let key = &zone.keys[1];
-        let mut scratch = Vec::new();
+        let mut scratch = signing::Scratch::new();
         let (start, mut n) = (Instant::now(), 0u64);
         while start.elapsed() < Duration::from_secs(seconds) {
             let addr = (n as u32).to_be_bytes();

@@ -290,3 +290,75 @@ fn signed_answers_from_the_caches_allocate_nothing() {
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;
     assert_eq!(allocs, 0, "{allocs} allocations in {} signed queries", 1000 * queries.len());
 }
+
+// DNSSEC: signatures made on the query path.
+
+/// A TXT RRset larger than the signing scratch space starts with (64 records, 4 KiB):
+/// 100 records of 100 bytes.
+fn big_txt() -> steerdns::model::zone::RrSet {
+    let rdata = (0..100u8)
+        .map(|i| {
+            let mut rd = vec![99u8];
+            rd.extend((0..99).map(|j| b'a' + (i.wrapping_add(j) % 26)));
+            rd.into_boxed_slice()
+        })
+        .collect();
+    steerdns::model::zone::RrSet { rtype: steerdns::wire::Rtype::TXT, ttl: 300, rdata }
+}
+
+#[test]
+fn signatures_made_on_the_query_path_allocate_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut snap = example().snapshot;
+    let big = steerdns::wire::name::WireName::parse("big.tm.example.test.").unwrap();
+    let node = steerdns::model::zone::Node { rrsets: vec![big_txt()], profile: None };
+    snap.zones[0].nodes.insert(big, node);
+    let keys = vec![zone_key(dnssec::FLAGS_KSK, 1), zone_key(dnssec::FLAGS_ZSK, 2)];
+    let validity = 86_400;
+    for zone in &mut snap.zones {
+        zone.dnssec = Some(ZoneSigning { keys: keys.clone(), validity, inception_offset: 0 });
+    }
+    // No pre-signed table, and each round a validity later: every signature of a round is
+    // stale in the thread's cache, so each is made anew. Per round: the big TXT RRset, an
+    // A RRset, the SOA and the NSEC of a denial, the DNSKEY RRset.
+    let queries = [
+        (with_do("big.tm.example.test.", RecordType::TXT, None), Transport::Tcp),
+        (with_do("www.tm.example.test.", RecordType::A, None), Transport::Udp),
+        (with_do("missing.tm.example.test.", RecordType::A, None), Transport::Udp),
+        (with_do("tm.example.test.", RecordType::DNSKEY, None), Transport::Udp),
+    ];
+    const PER_ROUND: u64 = 5;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut out = Vec::with_capacity(65_535);
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut round = |r: u32| {
+        let now = 1_800_000_000 + r * validity;
+        for (q, transport) in &queries {
+            let packet = Packet { bytes: q, src, transport: *transport, now };
+            assert!(respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some());
+            assert!(out.len() > 10_000 || *transport == Transport::Udp, "the whole RRset");
+        }
+    };
+    let counts = || {
+        steerdns::responder::signed::flush_counts();
+        snap.sign_counts.totals()
+    };
+    // Warm up: the scratch space grows to the big RRset once.
+    let before = ALLOCS.load(Ordering::Relaxed);
+    round(0);
+    let warm = ALLOCS.load(Ordering::Relaxed) - before;
+    let start = counts();
+    assert_eq!(start.made, PER_ROUND, "{start:?}");
+    // Within the thread's burst of signatures (sigcache::MISS_BURST), so none is refused.
+    let rounds = 30;
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for r in 1..=rounds {
+        round(r);
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    let end = counts();
+    let made = end.made - start.made;
+    assert_eq!((made, end.dropped), (PER_ROUND * u64::from(rounds), 0), "{end:?}");
+    eprintln!("first round: {warm} allocations; then {allocs} in {made} signatures made");
+    assert_eq!(allocs, 0, "{allocs} allocations making {made} signatures");
+}

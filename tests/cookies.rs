@@ -51,32 +51,51 @@ async fn dig_finds_the_server_cookie_good() {
     let h = Harness::start().await;
     let port = h.addr.port().to_string();
     let dig = |extra: &[&str]| {
-        let mut args = vec!["@127.0.0.1", "-p", &port, "+cookie", "+tries=1", "+time=2"];
+        let mut args =
+            vec!["@127.0.0.1", "-p", &port, "+cookie", "+norecurse", "+tries=1", "+time=2"];
         args.extend_from_slice(extra);
         args.push("www.tm.example.test");
         let out = std::process::Command::new("dig").args(&args).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // dig warns of a reply cookie that does not echo its client cookie ("Client COOKIE
+        // mismatch"), and a BADCOOKIE status would show in the header.
+        let lower = said.to_lowercase();
+        assert!(out.status.success(), "{said}");
+        assert!(!lower.contains("badcookie") && !lower.contains("mismatch"), "{said}");
+        assert!(!lower.contains("warning"), "{said}");
+        said
+    };
+    // The cookie dig shows: hexadecimal, the 8-byte client cookie, then the server's
+    // 16 (version 1, reserved zero, timestamp, hash); "(good)" is dig's check that the
+    // client cookie came back.
+    let cookie_line = |said: &str| -> String {
+        let line = said.lines().find(|l| l.starts_with("; COOKIE:"));
+        let line = line.unwrap_or_else(|| panic!("dig shows no COOKIE:\n{said}"));
+        assert!(line.ends_with(" (good)"), "{line}");
+        let hex = line.split_whitespace().nth(2).unwrap().to_string();
+        assert_eq!(hex.len(), 48, "{line}");
+        assert_eq!(&hex[16..24], "01000000", "version 1, reserved zero: {line}");
+        hex
     };
     let first = dig(&[]);
-    let line = first.lines().find(|l| l.starts_with("; COOKIE:")).unwrap_or_else(|| {
-        panic!("dig shows no COOKIE:\n{first}");
-    });
-    assert!(line.ends_with("(good)"), "{line}");
-    // dig sends the whole cookie back when given it, and the server accepts it.
-    let cookie = line.split_whitespace().nth(2).unwrap();
+    assert!(first.contains("status: NOERROR"), "{first}");
+    let cookie = cookie_line(&first);
+    // dig sends the whole cookie back when given it: the server accepts it, and echoes
+    // that client cookie.
     let again = dig(&[&format!("+cookie={cookie}")]);
     assert!(again.contains("status: NOERROR"), "{again}");
-    assert!(again.lines().any(|l| l.starts_with("; COOKIE:") && l.ends_with("(good)")), "{again}");
+    assert_eq!(cookie_line(&again)[..16], cookie[..16], "{again}");
     // `dig +header-only` asks for a server cookie alone, without a question.
     let header_only = dig(&["+header-only"]);
     assert!(
         header_only.contains("status: NOERROR") && header_only.contains("QUERY: 0"),
         "{header_only}"
     );
-    assert!(
-        header_only.lines().any(|l| l.starts_with("; COOKIE:") && l.ends_with("(good)")),
-        "{header_only}"
-    );
+    cookie_line(&header_only);
     h.stop().await;
 }
 

@@ -10,6 +10,7 @@ mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use steerdns::commands::dnssec::keygen;
@@ -211,6 +212,36 @@ fn steerdns_keys_give_bind_the_same_ds_and_sign_a_zone() {
     }
 }
 
+/// A P-256 key `dnssec-keygen` wrote with a 31-byte `PrivateKey:` (its scalar starts with a
+/// zero byte): `steerdns check` accepts it, and `steerdns dnssec ds` prints BIND's DS of it.
+#[test]
+fn a_bind_key_with_a_short_scalar_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = setup(dir.path(), "");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dnssec");
+    let base = "Ktm.example.test.+013+22343";
+    for ext in ["key", "private"] {
+        let name = format!("{base}.{ext}");
+        std::fs::copy(fixtures.join(&name), dir.path().join("keys").join(&name)).unwrap();
+    }
+    let (code, _, err) = steerdns(&["check", "-c"], &path);
+    assert_eq!(code, 0, "{err}");
+    let keys = signing(&path).keys;
+    assert!(keys.len() == 1 && keys[0].signer.is_some(), "{keys:?}");
+    let (code, ds, err) = steerdns(&["dnssec", "ds", "-c"], &path);
+    assert_eq!(code, 0, "{err}");
+    if !have("dnssec-dsfromkey") {
+        return;
+    }
+    let bind = Command::new("dnssec-dsfromkey")
+        .arg("-2")
+        .arg(dir.path().join(format!("keys/{base}.key")))
+        .output()
+        .unwrap();
+    assert!(bind.status.success(), "{}", String::from_utf8_lossy(&bind.stderr));
+    assert_eq!(ds, String::from_utf8(bind.stdout).unwrap());
+}
+
 #[test]
 fn ds_without_a_signed_zone_says_so() {
     let dir = tempfile::tempdir().unwrap();
@@ -305,7 +336,7 @@ fn bad_keys_are_located_errors_from_check() {
             "the file name says 1",
         ),
         (
-            "truncated private key",
+            "zero private key",
             Box::new(|keys, base| {
                 edit(keys, &format!("{base}.private"), |t| {
                     with_private_key(t, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==")
@@ -313,7 +344,18 @@ fn bad_keys_are_located_errors_from_check() {
                 Some(format!("{base}.private"))
             }),
             "3:1",
-            "PrivateKey holds 31 bytes, an ECDSAP256SHA256 private key 32: truncated",
+            "PrivateKey is zero, which is no P-256 private key",
+        ),
+        (
+            "private key too long",
+            Box::new(|keys, base| {
+                edit(keys, &format!("{base}.private"), |t| {
+                    with_private_key(t, "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEB")
+                });
+                Some(format!("{base}.private"))
+            }),
+            "3:1",
+            "PrivateKey holds 33 bytes, more than the 32 of a P-256 private key",
         ),
         (
             "malformed private key",
@@ -577,9 +619,20 @@ async fn the_server_reloads_for_new_key_files_and_key_timing() {
     let snap = server.snapshot();
     assert!(snap.generation > generation && snap.zones[0].serial > serial);
 
-    // A broken key file: the reload fails and the running keys stay.
+    // A broken key file: the watcher's reload fails (counted), and the running keys and
+    // configuration stay; a reload asked for fails too.
+    let failures = || server.control().totals.reload_failures.load(Ordering::Relaxed);
+    let (before, generation) = (failures(), server.snapshot().generation);
     std::fs::write(keys.join(format!("K{ZONE}+013+00001.private")), "junk").unwrap();
-    assert!(server.reload().is_err());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while failures() == before {
+        assert!(Instant::now() < deadline, "the file watcher did not try to reload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.snapshot().generation, generation, "the running configuration stays");
     wait_for_keys(&server, 1, "after a failed reload").await;
+    let e = server.reload().expect_err("the broken key file fails the load");
+    assert!(e.to_string().contains("+013+00001.private"), "{e}");
+    assert_eq!(server.snapshot().generation, generation);
     server.shutdown().await;
 }

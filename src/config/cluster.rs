@@ -182,16 +182,12 @@ fn valid_node(name: &str) -> bool {
 
 /// The host name, cut to what a node name allows; `steerdns` when there is none.
 fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that much.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name: String = String::from_utf8_lossy(&buf[..len])
+    let name: String = super::host::host_name()
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
         .take(63)
         .collect();
-    if rc != 0 || name.is_empty() { "steerdns".into() } else { name }
+    if name.is_empty() { "steerdns".into() } else { name }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::raw::{Loc, RawDnssec};
 use crate::diag::{self, Limit, Pos, Sink};
 use crate::model::dnssec::{
     Algorithm, FLAGS_KSK, FLAGS_ZSK, Signer, ZoneKey, ZoneSigning, dnskey_rdata, key_tag,
+    p256_scalar,
 };
 use crate::wire::name::WireName;
 
@@ -376,9 +377,19 @@ fn private_key<'a>(
         file.at(Pos::default(), "no `PrivateKey:` line");
         return None;
     };
-    if key.len() != 32 {
-        let at = Pos { line: *line, col: 1 };
-        file.at(at, format!("PrivateKey holds {} bytes, an {algorithm} private key 32: truncated, or not a key of this algorithm", key.len()));
+    // A P-256 scalar may be shorter (BIND leaves out leading zero bytes, `p256_scalar`);
+    // an Ed25519 seed is always 32 bytes.
+    let bad = match algorithm {
+        Algorithm::EcdsaP256Sha256 => p256_scalar(key).err().map(|e| e.0),
+        Algorithm::Ed25519 => (key.len() != 32).then(|| {
+            format!(
+                "PrivateKey holds {} bytes, an {algorithm} private key 32: truncated, or not a key of this algorithm",
+                key.len()
+            )
+        }),
+    };
+    if let Some(message) = bad {
+        file.at(Pos { line: *line, col: 1 }, message);
         return None;
     }
     Some((key, *line))

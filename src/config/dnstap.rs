@@ -48,7 +48,7 @@ pub fn build(sink: &mut Sink<'_>, raw: Option<&RawLog>, base: &Path) -> Option<D
             return None;
         }
     };
-    let identity = raw.identity.as_ref().map_or_else(host_name, |i| i.value.clone());
+    let identity = raw.identity.as_ref().map_or_else(super::host::host_name, |i| i.value.clone());
     let version = raw
         .version
         .as_ref()
@@ -62,26 +62,4 @@ fn non_empty<'a>(sink: &mut Sink<'_>, v: &'a Loc<String>, key: &str) -> Option<&
         return None;
     }
     Some(&v.value)
-}
-
-/// This host's name, the `identity` other DNS servers write by default.
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: a writable buffer of the length given; gethostname writes at most that much.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return String::new();
-    }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..len]).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_host_name_is_found() {
-        assert!(!host_name().is_empty());
-    }
 }

@@ -459,6 +459,20 @@ SyncPublish: 20261202182552
         assert!(signer.is_ok(), "the pair matches");
     }
 
+    /// A key `dnssec-keygen` (BIND 9.18) wrote with a 31-byte `PrivateKey:`: its P-256
+    /// scalar starts with a zero byte, which BIND leaves out. It still matches its public key.
+    #[test]
+    fn bind_short_scalar() {
+        let key = "tm.example.test. IN DNSKEY 257 3 13 SJbFxlyj/5+VlDXwUozUjGXbycOnRi0n/Bd86Omp/ZDNJqbGH5RHidtT pIFy2A0PtjlnRfPmk1xlCD09Txcgyw==\n";
+        let private = "Private-key-format: v1.3\nAlgorithm: 13 (ECDSAP256SHA256)\nPrivateKey: Ja7NiYgN/V38sw47yk+gMS96tyu/izZzvSQuothToA==\n";
+        let k = parse_public(key).unwrap();
+        let (scalar, _) = parse_private(private).unwrap().private_key.unwrap();
+        assert_eq!(scalar.len(), 31);
+        let signer =
+            crate::model::dnssec::Signer::new(Algorithm::EcdsaP256Sha256, &scalar, &k.public_key);
+        assert_eq!(signer.unwrap().public_key(), k.public_key, "the padded scalar is the key");
+    }
+
     /// ldns-keygen: tabs, a trailing comment, format v1.2, no timing.
     #[test]
     fn ldns_files() {

@@ -16,6 +16,7 @@ pub mod dnssec;
 mod dnstap;
 mod files;
 mod geographic;
+mod host;
 pub mod keyfile;
 mod monitor;
 pub mod overrides;
@@ -308,6 +309,9 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     set_serials(&mut zones, &profiles, previous);
     let mut snapshot = Snapshot::new(listen, zones, profiles, health, world);
     snapshot.generation = previous.map_or(1, |p| p.generation + 1);
+    if let Some(p) = previous {
+        snapshot.sign_counts = p.sign_counts.clone();
+    }
     snapshot.cookies = cookies;
     snapshot.rate_limit = rate_limit;
     snapshot.dnstap = dnstap;

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrayvec::ArrayVec;
+
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
 
@@ -72,18 +74,20 @@ enum SignerKey {
 pub struct BadKey(pub String);
 
 impl Signer {
-    /// The signer for `private` (the P-256 scalar, or the Ed25519 seed: 32 bytes, as BIND's
-    /// `PrivateKey:` holds it), checked against `public` (the DNSKEY public key field).
+    /// The signer for `private` (the P-256 scalar, or the Ed25519 seed, as BIND's
+    /// `PrivateKey:` holds it: see `p256_scalar`), checked against `public` (the DNSKEY
+    /// public key field).
     pub fn new(algorithm: Algorithm, private: &[u8], public: &[u8]) -> Result<Signer, BadKey> {
         let key = match algorithm {
             Algorithm::EcdsaP256Sha256 => {
+                let scalar = p256_scalar(private)?;
                 // ring wants the public key as an uncompressed SEC1 point; DNSKEY leaves
                 // out the 0x04 prefix (RFC 6605 §4).
                 let sec1 = [&[4u8][..], public].concat();
                 let rng = SystemRandom::new();
                 let pair = EcdsaKeyPair::from_private_key_and_public_key(
                     &ECDSA_P256_SHA256_FIXED_SIGNING,
-                    private,
+                    &scalar,
                     &sec1,
                     &rng,
                 )
@@ -145,6 +149,25 @@ impl Signer {
             SignerKey::Ed25519(pair) => pair.public_key().as_ref().to_vec(),
         }
     }
+}
+
+/// The 32-byte P-256 scalar of a `PrivateKey:` field. BIND writes the scalar as a number
+/// without its leading zero bytes (about one key in 256 has 31 bytes, one in 65536 has 30),
+/// so a shorter field is padded on the left. A field over 32 bytes, or a zero scalar, is no
+/// P-256 key; one not below the group order is refused by ring when the pair is checked.
+pub fn p256_scalar(private: &[u8]) -> Result<[u8; 32], BadKey> {
+    if private.len() > 32 {
+        return Err(BadKey(format!(
+            "PrivateKey holds {} bytes, more than the 32 of a P-256 private key",
+            private.len()
+        )));
+    }
+    if private.iter().all(|&b| b == 0) {
+        return Err(BadKey("PrivateKey is zero, which is no P-256 private key".into()));
+    }
+    let mut scalar = [0u8; 32];
+    scalar[32 - private.len()..].copy_from_slice(private);
+    Ok(scalar)
 }
 
 /// The start of the PKCS#8 document ring writes for a new P-256 key, up to the private
@@ -229,29 +252,36 @@ impl ZoneKey {
     }
 
     /// The DNSKEY RDATA: flags, protocol 3, algorithm, public key (RFC 4034 §2.1).
-    pub fn dnskey_rdata(&self) -> Vec<u8> {
+    pub fn dnskey_rdata(&self) -> DnskeyRdata {
         dnskey_rdata(self.flags, self.algorithm, &self.public_key)
     }
 
     /// The DS RDATA with a SHA-256 digest (RFC 4034 §5.1.4, RFC 4509), for `owner` (the
-    /// zone's apex, wire format, lower case). CDS carries the same.
-    pub fn ds_rdata(&self, owner: &[u8]) -> Vec<u8> {
-        let dnskey = self.dnskey_rdata();
-        let digest = ring::digest::digest(&ring::digest::SHA256, &[owner, &dnskey].concat());
-        let mut out = Vec::with_capacity(4 + 32);
-        out.extend_from_slice(&self.key_tag.to_be_bytes());
-        out.extend_from_slice(&[self.algorithm.number(), 2]);
-        out.extend_from_slice(digest.as_ref());
+    /// zone's apex, wire format, lower case). CDS carries the same. Allocates nothing, so
+    /// the query path answers CDS with it.
+    pub fn ds_rdata(&self, owner: &[u8]) -> [u8; 36] {
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        digest.update(owner);
+        digest.update(&self.dnskey_rdata());
+        let mut out = [0u8; 36];
+        out[..2].copy_from_slice(&self.key_tag.to_be_bytes());
+        out[2] = self.algorithm.number();
+        out[3] = 2;
+        out[4..].copy_from_slice(digest.finish().as_ref());
         out
     }
 }
 
-/// DNSKEY RDATA from its fields.
-pub fn dnskey_rdata(flags: u16, algorithm: Algorithm, public_key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + public_key.len());
-    out.extend_from_slice(&flags.to_be_bytes());
-    out.extend_from_slice(&[3, algorithm.number()]);
-    out.extend_from_slice(public_key);
+/// DNSKEY RDATA, held inline: a P-256 public key (64 bytes) and the four bytes before it.
+pub type DnskeyRdata = ArrayVec<u8, 68>;
+
+/// DNSKEY RDATA from its fields; a public key longer than 64 bytes (no algorithm steerdns
+/// signs with has one, and `config` refuses it) is cut there.
+pub fn dnskey_rdata(flags: u16, algorithm: Algorithm, public_key: &[u8]) -> DnskeyRdata {
+    let mut out = DnskeyRdata::new();
+    out.extend(flags.to_be_bytes());
+    out.extend([3, algorithm.number()]);
+    let _ = out.try_extend_from_slice(&public_key[..public_key.len().min(64)]);
     out
 }
 
@@ -310,7 +340,39 @@ mod tests {
         // As `dnssec-dsfromkey -2` prints it.
         let owner = b"\x07example\x03net\x00";
         let want = "D9600D02 B4C8C1FE2E7477127B27115656AD6256F424625BF5C1E2770CE6D6E37DF61D17";
-        assert_eq!(key.ds_rdata(owner), unhex(want));
+        assert_eq!(key.ds_rdata(owner).to_vec(), unhex(want));
+    }
+
+    /// BIND leaves out a scalar's leading zero bytes: the same key written short loads and
+    /// signs as when written in full; a zero or too long field is no key.
+    #[test]
+    fn short_p256_scalars_are_padded() {
+        let b64 = |t: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(t).unwrap()
+        };
+        // RFC 6605 §6.1's key, its scalar with two leading zero bytes put in place of
+        // its first two (a different, valid key), written in full and without them.
+        let mut full = [0u8; 32];
+        full[2..].copy_from_slice(&b64("GU6SnQ/Ou+xC5RumuIUIuJZteXT2z0O/ok1s38Et6mQ=")[2..]);
+        assert_eq!(p256_scalar(&full[1..]).unwrap(), full);
+        assert_eq!(p256_scalar(&full[2..]).unwrap(), full);
+        assert_eq!(p256_scalar(&full).unwrap(), full);
+        let cases: [(&[u8], &str); 4] = [
+            (&[0; 31], "is zero"),
+            (&[], "is zero"),
+            (&[1; 33], "holds 33 bytes, more than the 32"),
+            // The group order n: not below it.
+            (
+                &unhex("FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551"),
+                "not a matching P-256 key pair",
+            ),
+        ];
+        let public = [0u8; 64];
+        for (private, want) in cases {
+            let e = Signer::new(Algorithm::EcdsaP256Sha256, private, &public).unwrap_err();
+            assert!(e.0.contains(want), "{private:02x?}: {e}");
+        }
     }
 
     #[test]

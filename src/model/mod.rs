@@ -12,6 +12,7 @@ pub mod health;
 pub mod presigned;
 pub mod profile;
 pub mod sigcache;
+pub mod sign_counts;
 pub mod signing;
 pub mod snapshot;
 pub mod vantage;

@@ -69,10 +69,18 @@ pub fn known_rrsets(snap: &Snapshot, now: u64) -> Vec<Known> {
             |rtype, ttl, rdata| Known { zone: zi, owner: origin.to_vec(), rtype, ttl, rdata };
         out.push(apex(Rtype::SOA, zone.ttl, vec![zone.soa_rdata.to_vec()]));
         let keys = || signing::published(signing, now);
-        out.push(apex(Rtype::DNSKEY, zone.ttl, keys().map(|k| k.dnskey_rdata()).collect()));
+        out.push(apex(
+            Rtype::DNSKEY,
+            zone.ttl,
+            keys().map(|k| k.dnskey_rdata().to_vec()).collect(),
+        ));
         let sep = || keys().filter(|k| k.is_sep());
-        out.push(apex(Rtype::CDNSKEY, zone.ttl, sep().map(|k| k.dnskey_rdata()).collect()));
-        out.push(apex(Rtype::CDS, zone.ttl, sep().map(|k| k.ds_rdata(origin)).collect()));
+        out.push(apex(
+            Rtype::CDNSKEY,
+            zone.ttl,
+            sep().map(|k| k.dnskey_rdata().to_vec()).collect(),
+        ));
+        out.push(apex(Rtype::CDS, zone.ttl, sep().map(|k| k.ds_rdata(origin).to_vec()).collect()));
         for (name, node) in &zone.nodes {
             for set in &node.rrsets {
                 out.push(Known {
@@ -181,7 +189,7 @@ fn sign_part(
 ) -> (Vec<(u128, Signature)>, Built) {
     let mut out = Vec::with_capacity(part.len());
     let mut built = Built::default();
-    let mut scratch = Vec::new();
+    let mut scratch = signing::Scratch::new();
     for k in part {
         let zone = &snap.zones[k.zone];
         let Some(signing) = &zone.dnssec else { continue };

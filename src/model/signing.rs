@@ -10,7 +10,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::dnssec::{ZoneKey, ZoneSigning};
 use crate::wire::Rtype;
-use crate::wire::dnssec::{RrsigHead, label_count, signed_data};
+use crate::wire::dnssec::{Canonical, RrsigHead, label_count, signed_data};
 
 /// One RRSIG's signature with its validity period; the other RRSIG fields follow from the
 /// key and the RRset.
@@ -140,15 +140,36 @@ pub fn key_id(key: &ZoneKey) -> u128 {
     u128::from_le_bytes(b)
 }
 
-/// Signs `set` with `key` for the zone at `origin`: inception `now - inception_offset`,
-/// expiration `validity` later. `scratch` holds the signed data (reused between calls).
+/// Reused space for making signatures: the canonical RRset and the signed data. One per
+/// signing thread; sized once for the usual RRsets, it grows to the largest signed and
+/// then stays, so signing allocates nothing.
+#[derive(Debug)]
+pub struct Scratch {
+    canonical: Canonical,
+    data: Vec<u8>,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch { canonical: Canonical::with_capacity(64, 4096), data: Vec::with_capacity(8192) }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        Scratch::new()
+    }
+}
+
+/// Signs `set`, all of its records, with `key` for the zone at `origin`: inception
+/// `now - inception_offset`, expiration `validity` later.
 pub fn sign<'r, I>(
     signing: &ZoneSigning,
     key: &ZoneKey,
     origin: &[u8],
     set: &Rrset<'_, I>,
     now: u32,
-    scratch: &mut Vec<u8>,
+    scratch: &mut Scratch,
 ) -> Option<Signature>
 where
     I: Iterator<Item = &'r [u8]> + Clone,
@@ -163,9 +184,9 @@ where
         set.ttl,
         Signature { inception, expiration, bytes: [0; 64] },
     );
-    let rdatas: ArrayVec<&[u8], 64> = set.rdata.clone().take(64).collect();
-    signed_data(&head, origin, set.owner, &rdatas, scratch);
-    Some(Signature { inception, expiration, bytes: signer.sign(scratch) })
+    let Scratch { canonical, data } = scratch;
+    signed_data(&head, origin, set.owner, set.rdata.clone(), canonical, data);
+    Some(Signature { inception, expiration, bytes: signer.sign(data) })
 }
 
 /// The RRSIG fields of `sig`, made by `key` over the RRset of `rtype` at `owner`.
@@ -185,30 +206,6 @@ pub fn rrsig_head(
         inception: sig.inception,
         key_tag: key.key_tag,
     }
-}
-
-/// The DNSKEY RDATA of `key`, without allocating.
-pub fn dnskey_rdata(key: &ZoneKey) -> ArrayVec<u8, 68> {
-    let mut out = ArrayVec::new();
-    out.try_extend_from_slice(&key.flags.to_be_bytes()).unwrap();
-    out.try_extend_from_slice(&[3, key.algorithm.number()]).unwrap();
-    out.try_extend_from_slice(&key.public_key[..key.public_key.len().min(64)]).unwrap();
-    out
-}
-
-/// The DS (and CDS) RDATA of `key` with a SHA-256 digest, for the zone at `origin`,
-/// without allocating (RFC 4034 §5.1.4).
-pub fn ds_rdata(key: &ZoneKey, origin: &[u8]) -> [u8; 36] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    ctx.update(origin);
-    ctx.update(&dnskey_rdata(key));
-    let digest = ctx.finish();
-    let mut out = [0u8; 36];
-    out[..2].copy_from_slice(&key.key_tag.to_be_bytes());
-    out[2] = key.algorithm.number();
-    out[3] = 2;
-    out[4..].copy_from_slice(digest.as_ref());
-    out
 }
 
 /// The keys in the apex's DNSKEY RRset at `now` (at most 16).
@@ -332,7 +329,7 @@ pub(crate) mod tests {
                 ttl: 60,
                 rdata: rdatas.iter().copied(),
             };
-            let mut scratch = Vec::new();
+            let mut scratch = Scratch::new();
             let sig = sign(&z, &key, b"\x02ex\x00", &set, 10_000, &mut scratch).unwrap();
             assert_eq!((sig.inception, sig.expiration), (9_900, 10_900));
             let verifier: &'static dyn ring::signature::VerificationAlgorithm = match algorithm {
@@ -357,11 +354,60 @@ pub(crate) mod tests {
         }
     }
 
+    /// RFC 8080 §6.1 and §6.2 (as corrected by erratum 4935: Labels 2): Ed25519 signs
+    /// deterministically, so the example zone's DNSKEY, key tag, DS and the MX RRset's
+    /// signature are exact bytes.
     #[test]
-    fn ds_without_allocation_equals_the_keys_ds() {
-        let key = test_key(Algorithm::EcdsaP256Sha256, FLAGS_KSK, 0);
-        let origin = b"\x02ex\x00";
-        assert_eq!(ds_rdata(&key, origin).to_vec(), key.ds_rdata(origin));
-        assert_eq!(dnskey_rdata(&key).to_vec(), key.dnskey_rdata());
+    fn rfc8080_ed25519_examples() {
+        use base64::Engine;
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.decode(t).unwrap();
+        let origin = b"\x07example\x03com\x00";
+        // (private key, public key, key tag, DS digest, MX RRSIG signature)
+        let cases = [
+            (
+                "ODIyNjAzODQ2MjgwODAxMjI2NDUxOTAyMDQxNDIyNjI=",
+                "l02Woi0iS8Aa25FQkUd9RMzZHJpBoRQwAQEX1SxZJA4=",
+                3613,
+                "3aa5ab37efce57f737fc1627013fee07bdf241bd10f3b1964ab55c78e79a304b",
+                "oL9krJun7xfBOIWcGHi7mag5/hdZrKWw15jPGrHpjQeRAvTdszaPD+QLs3fx8A4M3e23mRZ9VrbpMngwcrqNAg==",
+            ),
+            (
+                "DSSF3o0s0f+ElWzj9E/Osxw8hLpk55chkmx0LYN5WiY=",
+                "zPnZ/QwEe7S8C5SPz2OfS5RR40ATk2/rYnE9xHIEijs=",
+                35217,
+                "401781b934e392de492ec77ae2e15d70f6575a1c0bc59c5275c04ebe80c6614c",
+                "zXQ0bkYgQTEFyfLyi9QoiY6D8ZdYo4wyUhVioYZXFdT410QPRITQSqJSnzQoSm5poJ7gD7AQR0O7KuI5k2pcBg==",
+            ),
+        ];
+        for (private, public, tag, ds, sig) in cases {
+            let (private, public) = (b64(private), b64(public));
+            let signer = Signer::new(Algorithm::Ed25519, &private, &public).unwrap();
+            let dnskey = crate::model::dnssec::dnskey_rdata(FLAGS_KSK, Algorithm::Ed25519, &public);
+            // 257 3 15 and the RFC's public key, which the seed gives (`Signer::new` checks).
+            assert_eq!(dnskey.to_vec(), [&[1, 1, 3, 15][..], &public].concat());
+            assert_eq!(signer.public_key(), public);
+            let key = ZoneKey {
+                flags: FLAGS_KSK,
+                algorithm: Algorithm::Ed25519,
+                public_key: public.into(),
+                key_tag: key_tag(&dnskey),
+                signer: Some(signer),
+                timing: Timing::default(),
+                source: "RFC 8080".into(),
+            };
+            assert_eq!(key.key_tag, tag);
+            let want_ds = [&tag.to_be_bytes()[..], &[15, 2], &crate::wire::unhex(ds)].concat();
+            assert_eq!(key.ds_rdata(origin).to_vec(), want_ds, "{tag}");
+            // example.com. 3600 IN MX 10 mail.example.com., signed from 2015-07-29 22:00
+            // (1438207200) to 2015-08-19 22:00 (1440021600).
+            let z =
+                ZoneSigning { keys: vec![key.clone()], validity: 1_814_400, inception_offset: 0 };
+            let mx: &[u8] = b"\x00\x0a\x04mail\x07example\x03com\x00";
+            let set = Rrset { owner: origin, rtype: Rtype::MX, ttl: 3600, rdata: [mx].into_iter() };
+            let made = sign(&z, &key, origin, &set, 1_438_207_200, &mut Scratch::new()).unwrap();
+            assert_eq!((made.inception, made.expiration), (1_438_207_200, 1_440_021_600));
+            assert_eq!(made.bytes.to_vec(), b64(sig), "{tag}");
+            assert_eq!(rrsig_head(&key, origin, Rtype::MX, 3600, made).labels, 2);
+        }
     }
 }

@@ -13,6 +13,7 @@ use super::counters::QueryCounters;
 use super::health::HealthTable;
 use super::presigned::Presigned;
 use super::profile::Profile;
+use super::sign_counts::SignCounts;
 use super::zone::Zone;
 use crate::FastMap;
 use crate::geo::World;
@@ -160,6 +161,8 @@ pub struct Snapshot {
     pub rate_limit: Option<RateLimit>,
     /// Signatures of the signed zones' answers, made after the load (`presigned`).
     pub signatures: Presigned,
+    /// The server's DNSSEC signing counts, handed on from snapshot to snapshot.
+    pub sign_counts: Arc<SignCounts>,
     /// Query logging in dnstap; `None`: off.
     pub dnstap: Option<Dnstap>,
     /// `cluster:`; `None`: a replica on its own.
@@ -194,6 +197,7 @@ impl Snapshot {
             cookies,
             rate_limit,
             signatures: Presigned::default(),
+            sign_counts: Arc::default(),
             dnstap,
             cluster,
             probe_source: ProbeSource::default(),

@@ -107,20 +107,21 @@ pub fn respond<R: Rng + ?Sized>(
             let cookie = cookie.map(|c| snap.cookies.reply(&c, packet.src, packet.now));
             outcome.cookie = cookie.map(|(_, v)| v);
             let reply = Reply { req: &req, cookie: cookie.as_ref().map(|(c, _)| c) };
-            let sign = req
-                .edns
-                .filter(|e| e.dnssec_ok)
-                .map(|_| Sign { presigned: &snap.signatures, now: packet.now });
+            let sign = req.edns.filter(|e| e.dnssec_ok).map(|_| Sign {
+                presigned: &snap.signatures,
+                counts: &snap.sign_counts,
+                now: packet.now,
+            });
             let now = u64::from(packet.now);
             let written =
                 answer(snap, ctx, &reply, packet.src, now, sign.as_ref(), rng, out, &mut outcome);
             let Ok(written) = written else {
                 ctx.note(|| "over the signing budget: no reply".to_string());
-                signed::count(false);
+                signed::count(&snap.sign_counts, false);
                 return None;
             };
             if written.signed {
-                signed::count(true);
+                signed::count(&snap.sign_counts, true);
             }
             if out.len() > usize::from(limit) {
                 truncate(&reply, written, out);

@@ -4,17 +4,19 @@
 //!
 //! A signature comes from the thread's own cache, else the snapshot's pre-signed table,
 //! else it is made now, within the thread's budget; past the budget the query gets no
-//! reply. The cache, budget and counts are the thread's own (`thread_local`), so the query
-//! path takes no lock and, once warm, allocates nothing.
+//! reply. The cache, budget and scratch space are the thread's own (`thread_local`), and so
+//! are counts not yet added to the server's, so the query path takes no lock and, once
+//! warm, allocates nothing.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrayvec::ArrayVec;
 
 use crate::model::presigned::Presigned;
 use crate::model::sigcache::{Budget, CACHE_SLOTS, MISS_BURST, MISSES_PER_MS, SigCache};
+use crate::model::sign_counts::{SignCounts, SignTotals};
 use crate::model::signing::{self, Rrset, Signature};
 use crate::model::zone::{Node, Zone};
 use crate::model::{Families, Profile};
@@ -26,61 +28,38 @@ use crate::wire::{Rtype, dnssec};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverBudget;
 
-/// Signing counts of the whole process, for metrics.
-#[derive(Debug, Default)]
-pub struct SignCounts {
-    /// Answers that carried signatures.
-    pub answers: AtomicU64,
-    /// Signatures found in a thread's cache.
-    pub cached: AtomicU64,
-    /// Signatures found in the pre-signed table.
-    pub presigned: AtomicU64,
-    /// Signatures made while answering (cache misses).
-    pub made: AtomicU64,
-    /// Queries left unanswered because the budget was spent.
-    pub dropped: AtomicU64,
-}
-
-/// The process's signing counts. Each thread adds its own counts in every so often (after
+/// A thread adds its counts to its server's `SignCounts` every so often (after
 /// `FLUSH_EVERY` events, and on any miss or drop), so they may lag by that many per thread.
-pub static COUNTS: SignCounts = SignCounts {
-    answers: AtomicU64::new(0),
-    cached: AtomicU64::new(0),
-    presigned: AtomicU64::new(0),
-    made: AtomicU64::new(0),
-    dropped: AtomicU64::new(0),
-};
-
 const FLUSH_EVERY: u64 = 64;
 
-/// Counts not yet added to `COUNTS`.
+/// Counts not yet added to `to`, the counts of the server whose queries they are. A thread
+/// that answers for another server (tests run several in one process) flushes first.
 #[derive(Default)]
 struct Pending {
-    answers: u64,
-    cached: u64,
-    presigned: u64,
-    made: u64,
-    dropped: u64,
+    to: Option<Arc<SignCounts>>,
+    n: SignTotals,
 }
 
 impl Pending {
-    fn flush(&mut self) {
-        for (n, to) in [
-            (&mut self.answers, &COUNTS.answers),
-            (&mut self.cached, &COUNTS.cached),
-            (&mut self.presigned, &COUNTS.presigned),
-            (&mut self.made, &COUNTS.made),
-            (&mut self.dropped, &COUNTS.dropped),
-        ] {
-            if *n > 0 {
-                to.fetch_add(*n, Ordering::Relaxed);
-                *n = 0;
-            }
+    /// The counts to add to, flushed to the previous server's first when it changes.
+    fn of(&mut self, counts: &Arc<SignCounts>) -> &mut SignTotals {
+        if !self.to.as_ref().is_some_and(|to| Arc::ptr_eq(to, counts)) {
+            self.flush();
+            // An Arc clone: a reference count, no allocation.
+            self.to = Some(counts.clone());
         }
+        &mut self.n
+    }
+
+    fn flush(&mut self) {
+        if let Some(to) = &self.to {
+            to.add(&self.n);
+        }
+        self.n = SignTotals::default();
     }
 
     fn total(&self) -> u64 {
-        self.answers + self.cached + self.presigned
+        self.n.answers + self.n.cached + self.n.presigned
     }
 }
 
@@ -88,7 +67,7 @@ impl Pending {
 struct Local {
     cache: SigCache,
     budget: Budget,
-    scratch: Vec<u8>,
+    scratch: signing::Scratch,
     pending: Pending,
 }
 
@@ -96,29 +75,37 @@ thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local {
         cache: SigCache::new(CACHE_SLOTS),
         budget: Budget::new(MISSES_PER_MS, MISS_BURST),
-        scratch: Vec::with_capacity(1024),
+        scratch: signing::Scratch::new(),
         pending: Pending::default(),
     });
 }
 
-/// Counts a signed answer, or a dropped query.
-pub fn count(answered: bool) {
+/// Counts a signed answer, or a dropped query, for the server whose `counts` they are.
+pub fn count(counts: &Arc<SignCounts>, answered: bool) {
     LOCAL.with_borrow_mut(|l| {
         if answered {
-            l.pending.answers += 1;
+            l.pending.of(counts).answers += 1;
             if l.pending.total() >= FLUSH_EVERY {
                 l.pending.flush();
             }
         } else {
-            l.pending.dropped += 1;
+            l.pending.of(counts).dropped += 1;
             l.pending.flush();
         }
     });
 }
 
+/// Adds this thread's pending counts to its server's now (for tests, which read the counts
+/// right after their queries).
+pub fn flush_counts() {
+    LOCAL.with_borrow_mut(|l| l.pending.flush());
+}
+
 /// Signing for one reply: the query had DO set.
 pub struct Sign<'s> {
     pub presigned: &'s Presigned,
+    /// The server's counts.
+    pub counts: &'s Arc<SignCounts>,
     /// Unix seconds.
     pub now: u32,
 }
@@ -174,11 +161,11 @@ impl Sign<'_> {
     {
         LOCAL.with_borrow_mut(|l| {
             if let Some(sig) = l.cache.get(ck, self.now) {
-                l.pending.cached += 1;
+                l.pending.of(self.counts).cached += 1;
                 return Ok(Some(sig));
             }
             if let Some(sig) = self.presigned.get(ck).filter(|s| s.fresh(self.now)) {
-                l.pending.presigned += 1;
+                l.pending.of(self.counts).presigned += 1;
                 // Copied in: the next look-up stays in the thread's own memory.
                 l.cache.put(ck, sig);
                 return Ok(Some(sig));
@@ -189,7 +176,7 @@ impl Sign<'_> {
             let sig = signing::sign(signing, key, origin, set, self.now, &mut l.scratch);
             if let Some(sig) = sig {
                 l.cache.put(ck, sig);
-                l.pending.made += 1;
+                l.pending.of(self.counts).made += 1;
                 l.pending.flush();
             }
             Ok(sig)
@@ -272,11 +259,11 @@ pub fn key_set(
     let mut rdatas: ArrayVec<ArrayVec<u8, 68>, 16> = ArrayVec::new();
     for key in signing::published(signing, now) {
         let rdata = match rtype {
-            Rtype::DNSKEY => signing::dnskey_rdata(key),
-            Rtype::CDNSKEY if key.is_sep() => signing::dnskey_rdata(key),
+            Rtype::DNSKEY => key.dnskey_rdata(),
+            Rtype::CDNSKEY if key.is_sep() => key.dnskey_rdata(),
             Rtype::CDS if key.is_sep() => {
                 let mut ds = ArrayVec::new();
-                let _ = ds.try_extend_from_slice(&signing::ds_rdata(key, origin));
+                let _ = ds.try_extend_from_slice(&key.ds_rdata(origin));
                 ds
             }
             _ => continue,
@@ -300,14 +287,20 @@ pub fn key_set(
 #[cfg(test)]
 mod tests {
     use std::net::IpAddr;
-    use std::path::Path;
+    use std::sync::Arc;
 
     use rand::SeedableRng;
 
     use super::*;
+    use crate::FastMap;
+    use crate::geo::World;
     use crate::model::dnssec::{Algorithm, FLAGS_KSK, ZoneSigning};
+    use crate::model::health::HealthTable;
     use crate::model::signing::tests::test_key;
+    use crate::model::snapshot::{Listen, Snapshot};
+    use crate::model::zone::{RrSet, Soa};
     use crate::responder::{Packet, Transport, respond};
+    use crate::wire::name::WireName;
 
     /// A DO query for `name`, type A.
     fn query(name: &str) -> Vec<u8> {
@@ -321,18 +314,48 @@ mod tests {
         q
     }
 
+    /// A snapshot of one zone signed by one Ed25519 CSK: an apex with its NS, and `www` with
+    /// one A record. Built by hand, so the responder's tests need no configuration loader.
+    fn signed_snapshot() -> Snapshot {
+        let name = |t: &str| WireName::parse(t).unwrap();
+        let origin = name("tm.example.test.");
+        let soa = Soa {
+            mname: name("ns1.tm.example.test."),
+            rname: name("hostmaster.example.test."),
+            refresh: 3600,
+            retry: 600,
+            expire: 604800,
+            minimum: 300,
+        };
+        let mut nodes: FastMap<WireName, Node> = FastMap::default();
+        let ns = vec![Box::<[u8]>::from(name("ns1.tm.example.test.").as_bytes())];
+        let apex = RrSet { rtype: Rtype::NS, ttl: 300, rdata: ns };
+        nodes.insert(origin.clone(), Node { rrsets: vec![apex], profile: None });
+        let a = RrSet { rtype: Rtype::A, ttl: 300, rdata: vec![Box::from(&[192, 0, 2, 1][..])] };
+        nodes.insert(name("www.tm.example.test."), Node { rrsets: vec![a], profile: None });
+        let keys = vec![test_key(Algorithm::Ed25519, FLAGS_KSK, 3)];
+        let zone = Zone {
+            origin,
+            soa_rdata: soa.rdata(1),
+            soa,
+            serial: 1,
+            ttl: 300,
+            nodes,
+            fingerprint: 0,
+            dnssec: Some(ZoneSigning { keys, validity: 86400, inception_offset: 0 }),
+        };
+        let health = Arc::new(HealthTable::new([]));
+        Snapshot::new(Listen::default(), vec![zone], vec![], health, Arc::new(World::empty()))
+    }
+
     #[test]
     fn past_the_budget_a_query_that_needs_a_new_signature_gets_no_reply() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut snap = crate::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
-        let keys = vec![test_key(Algorithm::Ed25519, FLAGS_KSK, 3)];
-        snap.zones[0].dnssec = Some(ZoneSigning { keys, validity: 86400, inception_offset: 0 });
+        let snap = signed_snapshot();
         // This thread may make three signatures, and never more.
         LOCAL.with_borrow_mut(|l| l.budget = Budget::new(0, 3));
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let mut out = Vec::new();
         let src: IpAddr = "127.0.0.1".parse().unwrap();
-        let dropped = COUNTS.dropped.load(Ordering::Relaxed);
         let mut ask = |name: &str| {
             let q = query(name);
             let packet = Packet { bytes: &q, src, transport: Transport::Udp, now: 1_800_000_000 };
@@ -347,6 +370,12 @@ mod tests {
         // Cached signatures need no budget.
         assert!(ask("www.tm.example.test."));
         assert!(ask("nx1.tm.example.test."));
-        assert!(COUNTS.dropped.load(Ordering::Relaxed) >= dropped + 2);
+        flush_counts();
+        // This snapshot's own counts: exact, whatever other tests of the binary do.
+        let counts = snap.sign_counts.totals();
+        assert_eq!((counts.made, counts.dropped, counts.answers), (3, 2, 4), "{counts:?}");
+        // From the cache: the SOA's for nx2 and nx3 (their NSEC was over the budget), then
+        // www's A, nx1's SOA and NSEC.
+        assert_eq!(counts.cached, 5, "{counts:?}");
     }
 }

@@ -185,6 +185,27 @@ mod tests {
     use super::*;
     use crate::wire::unhex as hex;
 
+    /// RFC 9018 Appendix A.4, the IPv6 example: a cookie made at 1559741817 with the
+    /// previous secret is valid after the rotation, and is renewed with the new secret.
+    #[test]
+    fn rfc9018_ipv6_example_across_a_rotation() {
+        let old: [u8; 16] = hex("dd3bdf9344b678b185a6f5cb60fca715").try_into().unwrap();
+        let new: [u8; 16] = hex("445536bcd2513298075a5d379663c962").try_into().unwrap();
+        let client: [u8; 8] = hex("22681ab97d52c298").try_into().unwrap();
+        let addr: IpAddr = "2001:db8:220:1:59de:d0f4:8769:82b8".parse().unwrap();
+        let sent = hex("22681ab97d52c298010000005cf7c57926556bd0934c72f8");
+        assert_eq!(make(&old, &client, 1559741817, addr).to_vec(), sent[8..]);
+        let cookie = Cookie::parse(&sent).unwrap();
+        let rotated = Secrets { current: new, previous: Some(old) };
+        assert_eq!(rotated.check(&cookie, addr, 1559741961), Verdict::Valid);
+        let only_new = Secrets { current: new, previous: None };
+        assert_eq!(only_new.check(&cookie, addr, 1559741961), Verdict::Invalid);
+        let (reply, verdict) = rotated.reply(&cookie, addr, 1559741961);
+        assert_eq!(verdict, Verdict::Valid);
+        let want = hex("22681ab97d52c298010000005cf7c609a6bb79d16625507a");
+        assert_eq!(reply.to_vec(), want, "renewed with the current secret");
+    }
+
     /// The worked examples of RFC 9018 Appendix A: a cookie made by one implementation is
     /// valid at another with the same secret.
     #[test]

@@ -83,31 +83,54 @@ impl RrsigHead {
     }
 }
 
+/// Reused space for the canonical RRset of one signature: the canonical RDATA of every
+/// record end to end, and where each starts and ends. Kept by the caller (one per thread on
+/// the query path), so that once its buffers have grown to the largest RRset signed, making
+/// a signature allocates nothing.
+#[derive(Debug, Default)]
+pub struct Canonical {
+    rdata: Vec<u8>,
+    spans: Vec<(u32, u32)>,
+}
+
+impl Canonical {
+    /// Space for RRsets of up to `records` records and `bytes` bytes of RDATA without
+    /// growing.
+    pub fn with_capacity(records: usize, bytes: usize) -> Canonical {
+        Canonical { rdata: Vec::with_capacity(bytes), spans: Vec::with_capacity(records) }
+    }
+}
+
 /// The data an RRSIG's signature covers (RFC 4034 §3.1.8.1): its RDATA up to the signature
 /// (the signer's name lower-cased), then every RR of the set in canonical form — owner
 /// lower-cased, the original TTL, canonical RDATA — sorted by RDATA, duplicates once.
-/// `owner` and `signer` are uncompressed wire-format names.
-pub fn signed_data(
+/// `owner` and `signer` are uncompressed wire-format names; `rdatas` yields every record of
+/// the set, however many.
+pub fn signed_data<'r>(
     head: &RrsigHead,
     signer: &[u8],
     owner: &[u8],
-    rdatas: &[&[u8]],
+    rdatas: impl Iterator<Item = &'r [u8]>,
+    canonical: &mut Canonical,
     out: &mut Vec<u8>,
 ) {
     out.clear();
     out.extend_from_slice(&head.bytes());
     out.extend(signer.iter().map(u8::to_ascii_lowercase));
-    let mut canonical: Vec<Vec<u8>> = rdatas
-        .iter()
-        .map(|rd| {
-            let mut c = Vec::with_capacity(rd.len());
-            canonical_rdata(head.type_covered, rd, &mut c);
-            c
-        })
-        .collect();
-    canonical.sort();
-    canonical.dedup();
-    for rd in &canonical {
+    let Canonical { rdata, spans } = canonical;
+    rdata.clear();
+    spans.clear();
+    for rd in rdatas {
+        let start = rdata.len();
+        canonical_rdata(head.type_covered, rd, rdata);
+        spans.push((start as u32, rdata.len() as u32));
+    }
+    let bytes = |&(a, b): &(u32, u32)| &rdata[a as usize..b as usize];
+    // Sorted in place over the spans: `sort_unstable_by` does not allocate.
+    spans.sort_unstable_by(|x, y| bytes(x).cmp(bytes(y)));
+    spans.dedup_by(|x, y| bytes(x) == bytes(y));
+    for span in spans.iter() {
+        let rd = bytes(span);
         out.extend(owner.iter().map(u8::to_ascii_lowercase));
         out.extend_from_slice(&head.type_covered.to_be_bytes());
         out.extend_from_slice(&CLASS_IN.to_be_bytes());
@@ -220,8 +243,9 @@ mod tests {
         };
         let rdatas: [&[u8]; 4] =
             [&[192, 0, 2, 2], &[192, 0, 2, 1], &[10, 0, 0, 1], &[192, 0, 2, 1]];
-        let mut out = Vec::new();
-        signed_data(&head, b"\x02EX\x00", b"\x01W\x02ex\x00", &rdatas, &mut out);
+        let (mut canonical, mut out) = (Canonical::default(), Vec::new());
+        let rdatas = rdatas.iter().copied();
+        signed_data(&head, b"\x02EX\x00", b"\x01W\x02ex\x00", rdatas, &mut canonical, &mut out);
         let rr = |a: &str| format!("0177026578 00 0001 0001 0000003c 0004 {a}");
         let want = format!(
             "0001 0d 02 0000003c 01020304 00010203 abcd 02657800 {} {} {}",

@@ -101,15 +101,14 @@ pub fn render(control: &Control) -> String {
         let series = Series::new("steerdns_rate_limited", vec![("action", action.into())]);
         counters.insert(series, n.load(Ordering::Relaxed));
     }
-    let signing = &crate::responder::signed::COUNTS;
-    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
-    counters.insert(Series::new("steerdns_dnssec_signed_answers", vec![]), load(&signing.answers));
-    counters.insert(Series::new("steerdns_dnssec_dropped", vec![]), load(&signing.dropped));
+    let signing = snap.sign_counts.totals();
+    counters.insert(Series::new("steerdns_dnssec_signed_answers", vec![]), signing.answers);
+    counters.insert(Series::new("steerdns_dnssec_dropped", vec![]), signing.dropped);
     for (source, n) in
-        [("cache", &signing.cached), ("presigned", &signing.presigned), ("signed", &signing.made)]
+        [("cache", signing.cached), ("presigned", signing.presigned), ("signed", signing.made)]
     {
         let series = Series::new("steerdns_dnssec_signatures", vec![("source", source.into())]);
-        counters.insert(series, load(n));
+        counters.insert(series, n);
     }
     let presigned = snap.signatures.table().map_or(0, |t| t.sigs.len());
     if let Some(tap) = control.dnstap.stats() {
