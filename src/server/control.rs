@@ -1,8 +1,8 @@
 //! The one seam that owns shared state: the current snapshot (an `ArcSwap` the query path
 //! loads without locking), the prober, the metrics totals, the event list, and the
-//! procedures that swap in a new snapshot: the reload every trigger uses (file watcher,
-//! SIGHUP and the admin API alike), a change of run-time overrides, and in a cluster the
-//! overrides etcd holds.
+//! procedures that swap in a new snapshot: the reload every trigger asks for through the
+//! `Reloader` (file watcher, SIGHUP, the admin API, key timing and etcd alike), a change of
+//! run-time overrides, and in a cluster the overrides etcd holds.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use super::cluster::health::HealthViews;
 use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
 use super::cluster::{Session, profiles};
-use super::dnstap::Stats as DnstapStats;
+use super::dnstap::QueryLog;
 use super::overrides::{self, Change, OverrideError, OverrideState};
+use super::reloader::{Requests, Triggers};
 use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::overrides::save;
@@ -27,7 +28,6 @@ use crate::config::{
     self, ConfigErrors, Dropped, Loaded, Overrides, Previous, ProfileSource, ReloadCache,
 };
 use crate::model::events::Events;
-use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use crate::wire::name::WireName;
@@ -47,8 +47,12 @@ pub struct Control {
     next_key_change: watch::Sender<Option<u64>>,
     /// Status changes and operator actions, for `GET /api/v1/events`.
     pub events: Arc<Events>,
-    /// The counts of the dnstap writer, when `log.dnstap` was set at startup.
-    pub dnstap: Option<Arc<DnstapStats>>,
+    /// The query log (`log.dnstap`), which reloads start, stop and change.
+    pub dnstap: Arc<QueryLog>,
+    /// The reload requests waiting for the `Reloader`, and their counts.
+    pub requests: Requests,
+    /// Profiles just read from etcd, for the next reload (`Reloader` with `Trigger::Cluster`).
+    incoming_remote: Mutex<Option<Arc<RemoteProfiles>>>,
     /// The session with etcd, when `cluster:` is set.
     pub cluster: Option<Arc<Session>>,
     /// The etcd revision up to which the overrides etcd holds are applied here (0 before
@@ -64,15 +68,14 @@ pub struct Control {
 }
 
 /// The parts of the configuration applied once, at startup: the listen addresses (reloads
-/// cannot rebind them) and the query log.
+/// cannot rebind them).
 struct Running {
     listen: Listen,
-    dnstap: Option<Dnstap>,
 }
 
 impl Running {
     fn of(s: &Snapshot) -> Running {
-        Running { listen: s.listen.clone(), dnstap: s.dnstap.clone() }
+        Running { listen: s.listen.clone() }
     }
 }
 
@@ -104,13 +107,13 @@ pub struct Served {
 
 impl Control {
     /// `prober` must be probing `first`'s snapshot and recording into `events`; `dnstap`:
-    /// the counts of the query log started from it.
+    /// the query log started from it.
     pub fn new(
         config_path: PathBuf,
         first: Loaded,
         prober: Arc<Prober>,
         events: Arc<Events>,
-        dnstap: Option<Arc<DnstapStats>>,
+        dnstap: Arc<QueryLog>,
         cluster: Option<Arc<Session>>,
     ) -> Control {
         let Loaded { snapshot, cache, dropped } = first;
@@ -125,6 +128,8 @@ impl Control {
             next_key_change: watch::Sender::new(cache.keys.next_change),
             events,
             dnstap,
+            requests: Requests::default(),
+            incoming_remote: Mutex::new(None),
             cluster,
             health_views: OnceLock::new(),
             shared_revision: watch::Sender::new(0),
@@ -162,36 +167,39 @@ impl Control {
         self
     }
 
-    /// Loads and validates the whole configuration off the query path, then swaps it in
-    /// at once. On error the running configuration stays and every error is logged. With
-    /// `profiles: etcd`, the profiles are those last read from etcd, as the files on disk
-    /// are for a profiles directory.
-    pub fn reload(&self, trigger: &str) -> Result<u64, ConfigErrors> {
+    /// The one reload procedure, run by the `Reloader` for every request coalesced into
+    /// `triggers`: loads and validates the whole configuration off the query path, then
+    /// swaps it in at once; the result is known here and nowhere else. On error the running
+    /// configuration stays and every error is logged. With `profiles: etcd`, the profiles
+    /// are those last read from etcd, as the files on disk are for a profiles directory;
+    /// when etcd alone asked, the configuration is reloaded only when their files differ
+    /// from the running ones (otherwise only a moved revision is recorded), and the
+    /// running generation is returned.
+    pub(super) fn reload(&self, triggers: Triggers) -> Result<u64, ConfigErrors> {
+        let trigger = triggers.to_string();
         let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        match state.latest.clone() {
+        let incoming = self.incoming_remote.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match incoming.or_else(|| state.latest.clone()) {
             Some(latest) => {
-                let loaded = self.take_remote(&mut state, trigger, latest, true)?;
+                let always = !triggers.only_cluster();
+                let loaded = self.take_remote(&mut state, &trigger, latest, always)?;
                 Ok(loaded.unwrap_or_else(|| self.snapshot().generation))
             }
-            None => self.reload_locked(&mut state, trigger, None),
+            None => self.reload_locked(&mut state, &trigger, None),
         }
     }
 
-    /// Takes profiles just read from etcd: a reload with them when their files differ from
-    /// the running ones (`Ok(Some(generation))`); when only the revision moved, the
-    /// revision is recorded without a reload (`Ok(None)`). A refused set leaves the
-    /// running configuration and its revision.
-    pub fn apply_remote(
-        &self,
-        next: Arc<RemoteProfiles>,
-        trigger: &str,
-    ) -> Result<Option<u64>, ConfigErrors> {
-        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        self.take_remote(&mut state, trigger, next, false)
+    /// Hands over profiles just read from etcd, for the next reload (which the caller
+    /// asks for with `Trigger::Cluster`). A later set replaces one not yet taken.
+    pub fn offer_remote(&self, next: Arc<RemoteProfiles>) {
+        *self.incoming_remote.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     }
 
-    /// `apply_remote`, reloading even when the files did not change when `always`. Each
-    /// revision taken is written to the cache file.
+    /// Takes profiles read from etcd: a reload with them when their files differ from the
+    /// running ones or when `always` (`Ok(Some(generation))`); when only the revision
+    /// moved, the revision is recorded without a reload (`Ok(None)`). A refused set leaves
+    /// the running configuration and its revision. Each revision taken is written to the
+    /// cache file.
     fn take_remote(
         &self,
         state: &mut Reloading,
@@ -262,7 +270,11 @@ impl Control {
         warn_restart_needed(&self.running, &next);
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
+        let dnstap = next.dnstap.clone();
         self.swap(state, current, next, cache);
+        if let Err(e) = self.dnstap.apply(dnstap.as_ref()) {
+            tracing::error!(trigger, error = %e, "log.dnstap not applied; the running query log stays");
+        }
         self.report_dropped(state, dropped, trigger);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
@@ -494,14 +506,9 @@ impl Control {
         self.next_key_change.subscribe()
     }
 
-    /// Configuration keys whose change needs a restart (listeners are bound once, the
-    /// query log is opened once).
+    /// Configuration keys whose change needs a restart (listeners are bound once).
     pub fn restart_needed(&self) -> Vec<&'static str> {
-        let mut keys = restart_keys(&self.running.listen, &self.snapshot().listen);
-        if self.running.dnstap != self.snapshot().dnstap {
-            keys.push("log.dnstap");
-        }
-        keys
+        restart_keys(&self.running.listen, &self.snapshot().listen)
     }
 }
 
@@ -525,12 +532,9 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     keys
 }
 
-/// Listeners are bound and the query log opened once at startup; say clearly, on every
-/// reload, when the configuration asks for others.
+/// Listeners are bound once at startup; say clearly, on every reload, when the
+/// configuration asks for others.
 fn warn_restart_needed(running: &Running, next: &Snapshot) {
-    if running.dnstap != next.dnstap {
-        tracing::warn!(running = ?running.dnstap, configured = ?next.dnstap, "log.dnstap changed: restart steerdns to apply it (the running query log stays)");
-    }
     let (running, next) = (&running.listen, &next.listen);
     for key in restart_keys(running, next) {
         tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, running_udp_threads = ?running.udp_threads, configured_udp_threads = ?next.udp_threads, "{key} changed: restart steerdns to apply it (the running listeners stay)");

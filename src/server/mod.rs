@@ -2,9 +2,10 @@
 //! shuts everything down through one cancellation token.
 //!
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
-//! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
-//! SIGHUP, `admin` or `key_timing`) and override changes (`overrides`, from `admin`),
-//! `admin` serves the HTTP API, and `dnstap` writes the query log.
+//! the responder, `control` swaps snapshots, runs the reloads that `reloader` queues for
+//! every trigger (`watch`, SIGHUP, `admin`, `key_timing`, `cluster`) and override changes
+//! (`overrides`, from `admin`), `admin` serves the HTTP API, and `dnstap` writes the query
+//! log.
 
 pub mod admin;
 pub mod cluster;
@@ -15,6 +16,7 @@ pub mod fdlimit;
 pub mod key_timing;
 pub mod overrides;
 pub mod presign;
+pub mod reloader;
 pub mod rrl;
 pub mod tcp;
 pub mod totals;
@@ -27,7 +29,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +38,8 @@ use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use conns::Conns;
 use control::Control;
-use dnstap::Tap;
+use dnstap::QueryLog;
+use reloader::{Reloader, Trigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -65,8 +67,6 @@ pub struct Server {
     /// The tasks that talk to etcd: a call in flight to an unreachable etcd may not end
     /// soon after the cancellation, so shutdown waits for them at most `CLUSTER_STOP`.
     cluster_tasks: JoinSet<()>,
-    /// The dnstap writer, when `log.dnstap` is set; closed after the listeners.
-    tap: Option<Tap>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -106,7 +106,7 @@ impl Server {
         };
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
-        let tap = loaded.snapshot.dnstap.as_ref().map(Tap::start).transpose()?;
+        let dnstap = Arc::new(QueryLog::start(loaded.snapshot.dnstap.as_ref())?);
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
         let events = Arc::new(Events::default());
@@ -118,14 +118,13 @@ impl Server {
             events.clone(),
             consensus,
         ));
-        let dnstap_stats = tap.as_ref().map(Tap::stats);
         let control = Arc::new(
             Control::new(
                 config_path.to_path_buf(),
                 loaded,
                 prober,
                 events,
-                dnstap_stats,
+                dnstap,
                 session.clone(),
             )
             .with_remote(remote),
@@ -138,7 +137,6 @@ impl Server {
             threads: Vec::new(),
             tasks: JoinSet::new(),
             cluster_tasks: JoinSet::new(),
-            tap,
             _watcher: None,
         };
         // The overrides other replicas set apply before this one answers a query.
@@ -253,7 +251,7 @@ impl Server {
         for (i, sock) in udp.into_iter().enumerate() {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let limiter = self.control.limiter.clone();
-            let tap = self.tap.as_ref().map(Tap::udp);
+            let tap = self.control.dnstap.udp();
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
                 .spawn(move || udp::serve(sock, shared, limiter, tap, cancel))
@@ -261,8 +259,8 @@ impl Server {
             self.threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
-        let tap = self.tap.as_ref().map(Tap::tcp);
-        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, tap, cancel));
+        let log = self.control.dnstap.clone();
+        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, log, cancel));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
@@ -304,9 +302,20 @@ impl Server {
         &self.control.prober
     }
 
+    /// The handle every reload trigger goes through.
+    pub fn reloader(&self) -> Reloader {
+        Reloader::new(self.control.clone())
+    }
+
     /// Loads the configuration again and swaps it in whole; on error the old one stays.
+    /// Goes through the `Reloader` like every trigger, and blocks until the reload that
+    /// starts after this call is done.
     pub fn reload(&self) -> Result<u64, ConfigErrors> {
-        self.control.reload("request")
+        match self.reloader().reload_blocking(Trigger::Request) {
+            Ok(generation) => Ok(generation),
+            Err(reloader::ReloadError::Config(errors)) => Err(errors),
+            Err(e @ reloader::ReloadError::Aborted) => panic!("{e}"),
+        }
     }
 
     /// Stops every listener and probe and waits for them; then the dnstap writer writes
@@ -320,12 +329,10 @@ impl Server {
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
         let threads = std::mem::take(&mut self.threads);
-        let tap = self.tap.take();
+        let dnstap = self.control.dnstap.clone();
         let _ = tokio::task::spawn_blocking(move || {
             threads.into_iter().for_each(|t| drop(t.join()));
-            if let Some(tap) = tap {
-                tap.finish();
-            }
+            dnstap.finish();
         })
         .await;
     }
@@ -371,7 +378,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
         Ok((before, after)) => tracing::info!(before, after, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let mut server = tokio::select! {
+    let server = tokio::select! {
         started = Server::start(config_path) => started?,
         () = signals.stopped() => {
             tracing::info!("stopped while loading the configuration");
@@ -379,36 +386,12 @@ pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
         }
     };
     log_startup(&server.snapshot());
-    let reloads = spawn_reloader(&mut server);
-    signals.wait(&reloads).await;
+    signals.wait(&server.reloader()).await;
     tracing::info!("shutting down");
     if tokio::time::timeout(SHUTDOWN_LIMIT, server.shutdown()).await.is_err() {
         tracing::warn!(limit = ?SHUTDOWN_LIMIT, "listeners or probes did not stop in time; exiting anyway");
     }
     Ok(())
-}
-
-/// Runs SIGHUP reloads one after another on a task of their own, so that the signal loop
-/// never waits for one. A SIGHUP during a reload asks for one more; further ones before it
-/// starts add nothing (it reads every file anyway).
-fn spawn_reloader(server: &mut Server) -> mpsc::Sender<()> {
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let (control, cancel) = (server.control.clone(), server.cancel.clone());
-    server.tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                got = rx.recv() => if got.is_none() { return },
-            }
-            let c = control.clone();
-            let reload = tokio::task::spawn_blocking(move || c.reload("SIGHUP"));
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = reload => {}
-            }
-        }
-    });
-    tx
 }
 
 fn log_startup(snap: &Snapshot) {
@@ -451,17 +434,15 @@ impl Signals {
         }
     }
 
-    /// Until SIGTERM or SIGINT, asking `reloads` for a reload at each SIGHUP.
-    async fn wait(mut self, reloads: &mpsc::Sender<()>) {
+    /// Until SIGTERM or SIGINT, asking `reloader` for a reload at each SIGHUP (without
+    /// waiting for it: SIGHUPs during a reload are coalesced into one more).
+    async fn wait(mut self, reloader: &Reloader) {
         let Some([term, int, hup]) = &mut self.streams else { return };
         loop {
             tokio::select! {
                 _ = term.recv() => return,
                 _ = int.recv() => return,
-                _ = hup.recv() => {
-                    // Full: a reload is already asked for and will read every file.
-                    let _ = reloads.try_send(());
-                }
+                _ = hup.recv() => reloader.request(Trigger::Signal),
             }
         }
     }

@@ -49,6 +49,10 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("steerdns_reloads", "Configuration reloads applied"),
     ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
+    (
+        "steerdns_reload_requests",
+        "Reloads asked for, by trigger (requests during a reload share the one after it)",
+    ),
     ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
     ("steerdns_probe_skipped", "Health probe runs discarded unjudged, by reason"),
     (
@@ -83,6 +87,11 @@ pub fn render(control: &Control) -> String {
     counters.insert(Series::new("steerdns_reloads", vec![]), reloads);
     let failures = totals.reload_failures.load(Ordering::Relaxed);
     counters.insert(Series::new("steerdns_reload_failures", vec![]), failures);
+    for (trigger, n) in control.requests.counts() {
+        let series =
+            Series::new("steerdns_reload_requests", vec![("trigger", trigger.label().into())]);
+        counters.insert(series, n);
+    }
     counters.extend(probe_counters(&states));
     let skipped = Series::new("steerdns_probe_skipped", vec![("reason", "local_resources".into())]);
     counters.insert(skipped, prober.skipped_local());
@@ -102,7 +111,7 @@ pub fn render(control: &Control) -> String {
         counters.insert(series, n);
     }
     let presigned = snap.signatures.table().map_or(0, |t| t.sigs.len());
-    if let Some(tap) = &control.dnstap {
+    if let Some(tap) = control.dnstap.stats() {
         counters
             .insert(Series::new("steerdns_dnstap_sent", vec![]), tap.sent.load(Ordering::Relaxed));
         for (reason, n) in

@@ -40,6 +40,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use self::select::{ListParams, SelectError, Selected};
 use super::control::Control;
+use super::reloader::{ReloadError, Reloader, Trigger};
 use crate::model::health::Status;
 use crate::model::snapshot::{AdminLimits, Snapshot};
 use crate::model::{Nested, Profile, Target};
@@ -368,9 +369,8 @@ async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) 
 }
 
 async fn reload(State(c): State<Shared>) -> Response {
-    let control = c.clone();
-    match tokio::task::spawn_blocking(move || control.reload("admin API")).await {
-        Ok(Ok(generation)) => {
+    match Reloader::new(c.clone()).reload(Trigger::Api).await {
+        Ok(generation) => {
             let restart = c.restart_needed();
             let mut body = json!({ "generation": generation });
             if !restart.is_empty() {
@@ -378,10 +378,10 @@ async fn reload(State(c): State<Shared>) -> Response {
             }
             Json(body).into_response()
         }
-        Ok(Err(errors)) => {
+        Err(ReloadError::Config(errors)) => {
             let list: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
             (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "errors": list }))).into_response()
         }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e @ ReloadError::Aborted) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
