@@ -368,6 +368,7 @@ pub struct Limits {
     pub profiles_total: Limit,
     pub zone_file: Limit,
     pub latency_table: Limit,
+    pub geo_database: Limit,
 }
 
 impl Default for Limits {
@@ -378,6 +379,7 @@ impl Default for Limits {
             profiles_total: Limit { bytes: 256 << 20, set_by: "limits.profiles_total" },
             zone_file: Limit { bytes: 64 << 20, set_by: "limits.zone_file" },
             latency_table: crate::geo::LatencyTable::DEFAULT_LIMIT,
+            geo_database: crate::geo::GeoDb::DEFAULT_LIMIT,
         }
     }
 }
@@ -398,6 +400,7 @@ fn limits(sink: &mut Sink<'_>, raw: &RawServer) -> Limits {
         (&l.profiles_total, &mut out.profiles_total),
         (&l.zone_file, &mut out.zone_file),
         (&l.latency_table, &mut out.latency_table),
+        (&l.geo_database, &mut out.geo_database),
     ];
     for (value, limit) in keys {
         if let Some(v) = value

@@ -327,6 +327,8 @@ pub struct RawLimits {
     pub zone_file: Option<Loc<SizeText>>,
     /// The most the latency table may hold (default 128MiB).
     pub latency_table: Option<Loc<SizeText>>,
+    /// The most the geo database may hold (default 512MiB); it is read whole into memory.
+    pub geo_database: Option<Loc<SizeText>>,
 }
 
 /// A size as written, a number or a string; `check::size` gives it meaning.

@@ -27,7 +27,7 @@ pub use db::{DbInfo, GeoDb, GeoError, Location};
 pub use latency::{LatencyTable, Metric, Region, Row, RowFrom, RowMatch, great_circle_km};
 pub use places::{Classes, Place, PlaceId, Places};
 pub use regions::{ByRegion, Chain, RegionId, RegionKind, Regions};
-pub use world::{RegionOrder, World};
+pub use world::World;
 
 /// A short region code held inline (continent `EU`, country `FR`, subdivision `ENG`), so a
 /// `Location` is `Copy` and looking one up never allocates. Always upper case ASCII.

@@ -13,6 +13,7 @@ mod name;
 mod performance;
 mod priority;
 mod same_az;
+mod scratch;
 pub mod status;
 mod subnet;
 pub mod weighted;
@@ -21,7 +22,6 @@ use std::cell::RefCell;
 
 use arrayvec::ArrayVec;
 use rand::Rng;
-use smallvec::SmallVec;
 
 use crate::geo::World;
 use crate::model::health::{HealthTable, HealthView, Status};
@@ -30,6 +30,7 @@ use crate::model::{Endpoint, Profile, ProfileId, Rules, Snapshot, Target, Want};
 pub use crate::geo::Client;
 pub use crate::model::MAX_ANSWERS;
 pub use name::{Asked, route_name};
+pub use scratch::{Pooled, Scratch};
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {
@@ -100,7 +101,8 @@ pub struct Candidate {
     pub status: Status,
 }
 
-pub type Candidates = SmallVec<[Candidate; 16]>;
+/// A list of candidates in the thread's scratch space (any length, no allocation).
+pub type Candidates = Scratch<Candidate>;
 
 /// What a method chose, before nested endpoints are resolved. `scope` is the ECS scope
 /// prefix length the choice depended on.
@@ -244,9 +246,8 @@ pub fn eligible<H: HealthView + ?Sized>(
     profile: &Profile,
     want: Want,
 ) -> Candidates {
-    // One list, filled by push and filtered in place, is the only one returned, so the few
-    // hundred bytes of candidates are not copied on every query.
-    let mut list = Candidates::new();
+    // One list, filled by push and filtered in place, is the only one returned.
+    let mut list = Candidates::take();
     for (index, ep) in profile.endpoints.iter().enumerate() {
         if ep.enabled && ep.can_answer(want, ctx.profiles) {
             list.push(Candidate { index, status: status::endpoint_status(ctx, ep) });
