@@ -13,9 +13,10 @@
 //!   serving endpoint (`multivalue`): no endpoint is preferred for every client, so they
 //!   never show it; their failed endpoints show in the counts.
 //!
-//! A drained endpoint is left out: taking it out was an operator's decision, shown as such.
+//! Drained endpoints, and nested ones whose child profile is disabled (`stopped`), are left
+//! out: taking them out was an operator's decision, shown as such.
 
-use crate::model::health::HealthView;
+use crate::model::health::{HealthView, Status};
 use crate::model::{Endpoint, Method, Profile};
 use crate::routing::{Ctx, status};
 
@@ -31,7 +32,10 @@ pub fn failover<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, p: &Profile) -> Option<
     if !p.enabled {
         return None;
     }
-    let takes: Vec<&Endpoint> = p.endpoints.iter().filter(|e| e.enabled).collect();
+    // Stopped: a nested endpoint whose child profile is disabled, on purpose like a drain.
+    let takes: Vec<&Endpoint> = (p.endpoints.iter())
+        .filter(|e| e.enabled && status::endpoint_status(ctx, e) != Status::Stopped)
+        .collect();
     let serves = |e: &&Endpoint| status::endpoint_status(ctx, e).is_serving();
     let serves_ref = |e: &&&Endpoint| serves(e);
     let (preferred, backups): (Vec<&Endpoint>, Vec<&Endpoint>) = match p.method {
@@ -95,7 +99,7 @@ mod tests {
 
     #[test]
     fn failover_is_a_backup_answering_for_failed_preferred_endpoints() {
-        let cases: [(&str, Case, Want); 10] = [
+        let cases: [(&str, Case, Want); 11] = [
             (
                 "primary up",
                 (Method::Priority, &[("a", 1, Online, false), ("b", 2, Online, false)]),
@@ -138,6 +142,11 @@ mod tests {
                 None,
             ),
             (
+                "primary stopped (its child profile disabled)",
+                (Method::Priority, &[("a", 1, Stopped, false), ("b", 2, Online, false)]),
+                None,
+            ),
+            (
                 "weighted, one of two down",
                 (
                     Method::Weighted,
@@ -149,7 +158,11 @@ mod tests {
                 "weighted, standby answers",
                 (
                     Method::Weighted,
-                    &[("a", 3, Degraded, false), ("b", 1, Stopped, false), ("s", 0, Online, false)],
+                    &[
+                        ("a", 3, Degraded, false),
+                        ("b", 1, Degraded, false),
+                        ("s", 0, Online, false),
+                    ],
                 ),
                 Some((&["a", "b"], &["s"])),
             ),
