@@ -1,6 +1,8 @@
-//! The admin HTTP API over real HTTP/1.1 on loopback: `/healthz`, the bearer token,
-//! `/metrics` parsed as Prometheus text, `/api/v1/profiles`, `/api/v1/explain` (one case
-//! per routing method family), reload, errors.
+//! The admin HTTP API over real HTTP/1.1 on loopback: `/healthz`, the bearer token and its
+//! role, `/metrics` parsed as Prometheus text, `/api/v1/profiles` (failover too),
+//! `/api/v1/explain` (one case per routing method family), reload and the last reload's
+//! result, events kept across a restart, errors, and HTTPS with a rustls client (a renewed
+//! certificate served without a restart).
 
 mod common;
 

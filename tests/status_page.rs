@@ -257,6 +257,8 @@ impl Browser {
                 ],
             },
             "goog:loggingPrefs": { "browser": "ALL" },
+            // The HTTPS test's certificate is self-signed.
+            "acceptInsecureCerts": true,
         });
         let caps: serde_json::Map<String, Value> = caps.as_object().unwrap().clone();
         let url = format!("http://127.0.0.1:{port}");
@@ -285,6 +287,10 @@ impl Browser {
 
     async fn open(&self, addr: SocketAddr) {
         self.client.goto(&format!("http://{addr}/")).await.expect("open the page");
+    }
+
+    async fn open_https(&self, addr: SocketAddr) {
+        self.client.goto(&format!("https://{addr}/")).await.expect("open the page over HTTPS");
     }
 
     async fn js(&self, script: &str) -> Value {
@@ -327,6 +333,8 @@ impl Browser {
               tokenError: document.getElementById("token-error").hidden ? null : document.getElementById("token-error").textContent,
               eventsNote: document.getElementById("events-note").textContent,
               events: document.getElementById("events").textContent,
+              notice: document.getElementById("notice").hidden ? null : document.getElementById("notice").textContent,
+              protocol: location.protocol,
               banner: document.getElementById("reload-banner").hidden ? null : document.getElementById("reload-banner").textContent,
               rateWindow: document.getElementById("rate-window").textContent,
               summary: document.getElementById("summary").textContent,
@@ -369,14 +377,14 @@ impl Browser {
         }
     }
 
-    /// Asserts that the page logged nothing at error level but, with `unauthorized`, the
-    /// API's 401 answers.
-    async fn assert_no_console_error(&mut self, unauthorized: bool) {
+    /// Asserts that the page logged nothing at error level but the API's answers with one
+    /// of the `allowed` statuses (401 before the token is given, 403 for a read token).
+    async fn assert_no_console_error(&mut self, allowed: &[u16]) {
         let new = self.client.issue_cmd(BrowserLog).await.expect("read the browser log");
         self.log.extend(new.as_array().cloned().unwrap_or_default());
         let expected = |m: &str| {
-            let failed = m.contains("Failed to load resource");
-            failed && unauthorized && m.contains("status of 401") && m.contains("/api/v1/")
+            let failed = m.contains("Failed to load resource") && m.contains("/api/v1/");
+            failed && allowed.iter().any(|s| m.contains(&format!("status of {s}")))
         };
         let errors: Vec<&Value> = self
             .log
@@ -511,7 +519,7 @@ async fn the_page_shows_every_profile_and_a_backend_going_down() {
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
@@ -559,7 +567,7 @@ async fn filtering_by_name_and_status_narrows_the_list() {
     b.type_into("#filter", "no-such-profile").await;
     b.wait_for("nothing", |v| v["total"] == 0 && row_names(v).is_empty()).await;
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
@@ -589,7 +597,7 @@ async fn a_configured_token_is_asked_for_and_kept_for_the_session() {
     b.click("#forget-token").await;
     b.wait_for("the token form again", |v| v["state"] == "login").await;
 
-    b.assert_no_console_error(true).await;
+    b.assert_no_console_error(&[401]).await;
     b.close().await;
     h.stop().await;
 }
@@ -636,7 +644,7 @@ async fn the_drain_button_drains_and_undrains_an_endpoint() {
     let site_a = detail["endpoints"].as_array().unwrap().iter().find(|e| e["name"] == "site-a");
     assert_eq!(site_a.unwrap()["drained"], false, "{detail}");
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
@@ -728,7 +736,47 @@ async fn the_overview_shows_drains_failover_a_rejected_reload_and_smoothed_rates
     std::fs::remove_file(&broken).unwrap();
     b.wait_for("no banner once a reload applies", |v| v["banner"].is_null()).await;
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
+    b.close().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_works_over_https_and_a_read_token_cannot_drain() {
+    let Some(mut b) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(dir.path().join("admin.pem"), pair.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("admin.key"), pair.signing_key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("viewer.token"), format!("{TOKEN}\n")).unwrap();
+    let yaml = format!(
+        "{}admin:\n  tls: {{ cert: admin.pem, key: admin.key }}\n  tokens:\n    \
+         - {{ name: viewer, file: viewer.token, role: read }}\n",
+        with_admin(&steerdns_yaml(), None)
+    );
+    std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+    let h = Harness::in_dir(dir).await;
+    const API: &str = "api.tm.example.test.";
+
+    b.open_https(h.admin()).await;
+    let v = b.wait_for("the token form", |v| v["state"] == "login").await;
+    assert_eq!(v["protocol"], "https:");
+    b.type_into("#token", TOKEN).await;
+    b.click("#token-submit").await;
+    b.wait_for("the profiles over HTTPS", |v| v["state"] == "live" && row(v, API).is_some()).await;
+    b.click(&format!(r#"tbody[data-key="{API}"] button.toggle"#)).await;
+    b.wait_for("a Drain button for site-a", |v| {
+        endpoint(v, API, "site-a").is_some_and(|e| e["button"] == "Drain")
+    })
+    .await;
+    b.click(&format!(r#"tbody[data-key="{API}"] tr[data-key="site-a"] button.drain"#)).await;
+    let v = b.wait_for("the refusal", |v| !v["notice"].is_null()).await;
+    let notice = v["notice"].as_str().unwrap();
+    assert!(notice.contains("the token \"viewer\" is read-only"), "{notice}");
+    assert_eq!(endpoint(&v, API, "site-a").unwrap()["button"], "Drain", "nothing drained");
+
+    b.assert_no_console_error(&[401, 403]).await;
     b.close().await;
     h.stop().await;
 }
@@ -795,7 +843,7 @@ async fn ten_thousand_profiles_load_a_page_at_a_time() {
     b.type_into("#filter", "p9876.").await;
     b.wait_for("one profile", |v| row_names(v) == ["p9876.tm.example.test."]).await;
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
@@ -857,7 +905,7 @@ async fn screenshot() {
         std::fs::write(&path, &png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         eprintln!("wrote {} ({} bytes, {width} px wide)", path.display(), png.len());
     }
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     up.stop().await;
     h.stop().await;
