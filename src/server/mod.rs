@@ -226,7 +226,7 @@ impl Server {
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
             let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
             let scheme = if certs.is_some() { "https" } else { "http" };
-            tracing::info!(%actual, scheme, "admin API listening");
+            tracing::info!(%actual, scheme = %scheme, "admin API listening");
             if !addr.ip().is_loopback() && listen.admin_tokens.is_empty() {
                 // Only with `admin.allow_unauthenticated: true`: the load refuses it otherwise.
                 tracing::warn!(%actual, "admin API reachable from other hosts without a token (admin.allow_unauthenticated)");
