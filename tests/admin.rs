@@ -937,5 +937,18 @@ async fn the_api_and_page_are_served_over_https_and_a_renewed_certificate_is_use
         let (p, r) = https(a, &both, "GET", "/healthz", None).await.expect("still served");
         assert_eq!((p.as_slice(), r.status), (der_b.as_slice(), 200));
     }
+
+    // A reload that turns TLS off applies the rest; HTTPS stays until a restart.
+    let config = h.dir.path().join("steerdns.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap().replace(keys, "");
+    std::fs::write(&config, yaml).unwrap();
+    let reloaded = async || {
+        let r = https(a, &both, "GET", "/api/v1/reload", Some(READER)).await;
+        r.is_some_and(|(_, r)| r.json()["generation"] == 2 && r.json()["ok"] == true)
+    };
+    eventually(PATIENCE, "the reload without admin.tls", reloaded).await;
+    assert_eq!(h.server().control().restart_needed(), ["admin.tls"]);
+    let (p, r) = https(a, &both, "GET", "/healthz", None).await.expect("still HTTPS");
+    assert_eq!((p.as_slice(), r.status), (der_b.as_slice(), 200));
     h.stop().await;
 }

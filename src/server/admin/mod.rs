@@ -151,9 +151,10 @@ pub async fn serve(
         let (certs, control, http, watcher) =
             (certs.clone(), control.clone(), http.clone(), graceful.watcher());
         tokio::spawn(async move {
-            // The running configuration says which files; a reload may move them.
-            let Some(files) = control.snapshot().listen.admin_tls.clone() else { return };
-            let acceptor = tokio_rustls::TlsAcceptor::from(certs.current(&files));
+            // The running configuration says which files (a reload may move them); one
+            // that turned TLS off keeps the files in use until the restart it needs.
+            let files = control.snapshot().listen.admin_tls.clone();
+            let acceptor = tokio_rustls::TlsAcceptor::from(certs.current(files.as_ref()));
             let handshake =
                 tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
             // A failed or slow handshake is the client's: nothing to report.

@@ -61,11 +61,13 @@ impl Certs {
     }
 
     /// The configuration for a new connection: the pair in `files` (the running
-    /// configuration's `admin.tls`, which a reload may point elsewhere) when it changed
-    /// since the last load and loads, else the one in use.
-    pub fn current(&self, files: &AdminTls) -> Arc<ServerConfig> {
-        let now = Version::now(files);
+    /// configuration's `admin.tls`, which a reload may point elsewhere; `None`: the files
+    /// in use) when it changed since the last load and loads, else the one in use.
+    pub fn current(&self, files: Option<&AdminTls>) -> Arc<ServerConfig> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let files = files.unwrap_or(&inner.loaded.files).clone();
+        let files = &files;
+        let now = Version::now(files);
         if now == inner.loaded || inner.failed.as_ref() == Some(&now) {
             return inner.config.clone();
         }
