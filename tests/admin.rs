@@ -644,6 +644,7 @@ async fn a_read_token_reads_everything_and_changes_nothing() {
         "/api/v1/explain?name=www&type=A&client=192.0.2.1",
         "/api/v1/cluster",
         "/api/v1/reload",
+        "/api/v1/whoami",
     ];
     for path in reads {
         let r = call_with(a, "GET", path, READER, "").await;
@@ -662,6 +663,10 @@ async fn a_read_token_reads_everything_and_changes_nothing() {
     }
     assert_eq!(get_json(a, "/api/v1/profiles/api", READER).await, before, "nothing changed");
     assert_eq!(get_json(a, "/api/v1/events", READER).await["events"], json!([]));
+    let me = get_json(a, "/api/v1/whoami", READER).await;
+    assert_eq!(me, json!({ "name": "grafana", "role": "read" }));
+    let me = get_json(a, "/api/v1/whoami", WRITER).await;
+    assert_eq!(me, json!({ "name": "alice", "role": "write" }));
     // A token without a role writes, as before roles existed; its changes are its own.
     for &(method, path, body) in WRITES {
         let r = call_with(a, method, path, WRITER, body).await;

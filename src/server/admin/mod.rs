@@ -79,6 +79,7 @@ pub fn router(control: Shared) -> Router {
         )
         .route("/api/v1/events", get(events::list))
         .route("/api/v1/cluster", get(cluster::show))
+        .route("/api/v1/whoami", get(whoami))
         .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -180,9 +181,9 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Who made a request: the name of the token it carried, or what stands for it when the
-/// API has no token.
+/// API has no token; and what it may do.
 #[derive(Clone, Debug)]
-pub struct Caller(pub String);
+pub struct Caller(pub String, pub TokenRole);
 
 /// Whether a call only reads: a `read` token may make it.
 fn only_reads(method: &Method) -> bool {
@@ -194,7 +195,7 @@ async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) ->
     if tokens.is_empty() {
         let [loopback, other] = crate::config::NO_TOKEN_NAMES;
         let name = if c.admin_is_loopback() { loopback } else { other };
-        req.extensions_mut().insert(Caller(name.to_string()));
+        req.extensions_mut().insert(Caller(name.to_string(), TokenRole::Write));
         return next.run(req).await;
     }
     let given = req
@@ -220,8 +221,8 @@ async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) ->
             );
             error(StatusCode::FORBIDDEN, message)
         }
-        Some((name, _)) => {
-            req.extensions_mut().insert(Caller(name));
+        Some((name, role)) => {
+            req.extensions_mut().insert(Caller(name, role));
             next.run(req).await
         }
         None => {
@@ -403,6 +404,11 @@ async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) 
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }
     Json(explained).into_response()
+}
+
+/// The caller's token name and role, so that the status page offers only what it may do.
+async fn whoami(axum::Extension(Caller(name, role)): axum::Extension<Caller>) -> Response {
+    Json(json!({ "name": name, "role": role.as_str() })).into_response()
 }
 
 /// How the last reload ended, whatever triggered it (the startup load before any).

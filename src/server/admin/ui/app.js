@@ -42,6 +42,9 @@ const state = {
   span: null,
   server: { samples: [], rate: null },
   reload: { result: null, absent: false, retryAt: 0 },
+  // The token's role ("read" or "write"), asked once per token; a read token is offered
+  // no button that changes state.
+  role: null,
   expanded: new Set(),
   details: new Map(),
   events: { list: [], next: 0, absent: false, retryAt: 0 },
@@ -120,6 +123,7 @@ async function poll() {
     );
     const events = await fetchEvents();
     const reload = await fetchReload();
+    if (state.role === null) state.role = await fetchRole();
     if (mine !== state.poll) return;
     state.list = list;
     if (reload) state.reload.result = reload;
@@ -176,6 +180,16 @@ async function fetchEvents() {
     if (e instanceof AuthError) throw e;
     // Events are extra: the rest of the page still updates without them.
     return null;
+  }
+}
+
+/// "read" or "write"; "write" from a server that does not say (before token roles).
+async function fetchRole() {
+  try {
+    return (await api("/api/v1/whoami")).role || "write";
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    return "write";
   }
 }
 
@@ -266,6 +280,7 @@ function show(what) {
   $("login").hidden = what !== "login";
   $("layout").hidden = what !== "live";
   $("forget-token").hidden = !state.token;
+  $("read-only").hidden = state.role !== "read";
 }
 
 function setConn(text, bad) {
@@ -559,8 +574,9 @@ function renderShare(cell, ep, r) {
 }
 
 function renderDrain(cell, profile, ep) {
-  // Only servers whose API reports `drained` can drain: older ones show no button.
-  if (typeof ep.drained !== "boolean") {
+  // Only servers whose API reports `drained` can drain (older ones show no button), and
+  // only a write token may.
+  if (typeof ep.drained !== "boolean" || state.role === "read") {
     cell.replaceChildren();
     return;
   }
@@ -684,6 +700,7 @@ async function submitToken(ev) {
   state.token = token;
   try {
     await api("/api/v1/profiles?limit=0");
+    state.role = null;
     sessionStorage.setItem(TOKEN_KEY, token);
     input.value = "";
     $("token-error").hidden = true;
