@@ -584,19 +584,31 @@ fn restart_values(key: &str, running: &Listen, configured: &Listen) -> (String, 
     (of(running), of(configured))
 }
 
+/// A query log setting as plain text for the log: `socket /run/x.sock (sample 0.5)`,
+/// `file /var/log/q.dnstap`, `none`.
+fn dnstap_text(d: &Option<Dnstap>) -> String {
+    let Some(d) = d else { return "none".to_string() };
+    let output = match &d.output {
+        crate::model::snapshot::DnstapOutput::Socket(p) => format!("socket {}", p.display()),
+        crate::model::snapshot::DnstapOutput::File(p) => format!("file {}", p.display()),
+    };
+    if d.sample < 1.0 { format!("{output} (sample {})", d.sample) } else { output }
+}
+
 /// Listeners are bound and the query log opened once at startup; say clearly, on every
 /// reload, when the configuration asks for others.
 fn warn_restart_needed(running: &Running, next: &Snapshot) {
     if running.dnstap != next.dnstap {
-        tracing::warn!(running = ?running.dnstap, configured = ?next.dnstap, "log.dnstap changed: restart steerdns to apply it (the running query log stays)");
+        let (running, configured) = (dnstap_text(&running.dnstap), dnstap_text(&next.dnstap));
+        tracing::warn!(running = %running, configured = %configured, "log.dnstap changed: restart steerdns to apply it (the running query log stays)");
     }
     let (running, next) = (&running.listen, &next.listen);
     for key in restart_keys(running, next) {
         let (running, configured) = restart_values(key, running, next);
         tracing::warn!(
             key,
-            running,
-            configured,
+            running = %running,
+            configured = %configured,
             "{key} changed: restart steerdns to apply it (the running listeners stay)"
         );
     }
@@ -661,5 +673,14 @@ mod tests {
             let (r, c) = restart_values(key, &running, &next);
             assert_eq!((r.as_str(), c.as_str()), (was, now), "{key}");
         }
+        let socket = |sample| Dnstap {
+            output: crate::model::snapshot::DnstapOutput::Socket("/run/q.sock".into()),
+            sample,
+            identity: String::new(),
+            version: String::new(),
+        };
+        assert_eq!(dnstap_text(&None), "none");
+        assert_eq!(dnstap_text(&Some(socket(1.0))), "socket /run/q.sock");
+        assert_eq!(dnstap_text(&Some(socket(0.25))), "socket /run/q.sock (sample 0.25)");
     }
 }
