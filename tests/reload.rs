@@ -426,9 +426,13 @@ async fn post_reload_returns_200_with_a_growing_generation() {
         assert_eq!(m.sum("steerdns_config_generation", &[]), generation as f64);
         last = generation;
     }
-    // GET is not a reload.
+    // GET is not a reload: it tells how the last one ended.
     let r = http_get(admin, "/api/v1/reload", None).await;
-    assert_eq!(r.status, 405, "GET /api/v1/reload: {r:?}");
+    assert_eq!(r.status, 200, "GET /api/v1/reload: {r:?}");
+    assert_eq!(
+        (&r.json()["generation"], &r.json()["trigger"]),
+        (&last.into(), &"admin API".into())
+    );
     assert_eq!(h.server().snapshot().generation, last);
     h.stop().await;
 }

@@ -9,6 +9,7 @@
 //! overrides (`overrides`) are applied to every load; `rebuild` applies changed ones to
 //! the running configuration without reading any file.
 
+pub mod admin_tls;
 mod check;
 pub mod cluster;
 mod cookies;
@@ -52,7 +53,9 @@ use reuse::Reuse;
 use crate::geo::World;
 use crate::model::cluster::ClusterSettings;
 use crate::model::health::{HealthTable, Status};
-use crate::model::snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
+use crate::model::snapshot::{
+    AdminLimits, AdminTls, AdminToken, Listen, Snapshot, TcpLimits, TokenRole,
+};
 use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
 
@@ -341,6 +344,7 @@ fn server(
     let mut listen = listen(sink, raw);
     listen.admin_tokens = admin_tokens(sink, raw, base);
     listen.admin_limits = admin_limits(sink, raw);
+    listen.admin_tls = admin_tls(sink, raw, base);
     check_admin_exposure(sink, raw, &listen);
     let now = unix_now();
     let zones: Vec<Zone> = raw
@@ -523,7 +527,7 @@ fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminT
     if let Some(file) = &admin.token_file {
         names.push(TOKEN_FILE_NAME);
         if let Some(secret) = admin_token(sink, file, base) {
-            out.push(AdminToken { name: TOKEN_FILE_NAME.into(), secret });
+            out.push(AdminToken { name: TOKEN_FILE_NAME.into(), secret, role: TokenRole::Write });
         }
     }
     for t in admin.tokens.iter().flat_map(|list| &list.value) {
@@ -550,6 +554,7 @@ fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminT
             sink.on(name, format!("two admin tokens are named {:?}{why}", name.value));
         }
         names.push(&name.value);
+        let role = token_role(sink, t.value.role.as_ref());
         let Some(secret) = admin_token(sink, &t.value.file, base) else { continue };
         if let Some(same) = out.iter().find(|o| o.secret == secret) {
             sink.on(
@@ -558,9 +563,36 @@ fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminT
             );
             continue;
         }
-        out.push(AdminToken { name: name.value.clone(), secret });
+        out.push(AdminToken { name: name.value.clone(), secret, role });
     }
     out
+}
+
+/// `admin.tokens[].role`: `write` when absent, as every token was before roles existed.
+fn token_role(sink: &mut Sink<'_>, role: Option<&Loc<String>>) -> TokenRole {
+    match role.map(|r| (r, r.value.as_str())) {
+        None | Some((_, "write")) => TokenRole::Write,
+        Some((_, "read")) => TokenRole::Read,
+        Some((r, other)) => {
+            sink.on(r, format!("token role {other:?} must be read or write"));
+            TokenRole::Write
+        }
+    }
+}
+
+/// `admin.tls`: the paths, resolved, once the pair in them is known to load, so that a
+/// start or a reload with a broken pair fails with the file named.
+fn admin_tls(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<AdminTls> {
+    let tls = &raw.admin.as_ref()?.tls.as_ref()?.value;
+    let out = AdminTls { cert: base.join(&tls.cert.value), key: base.join(&tls.key.value) };
+    match admin_tls::load_pair(&out.cert, &out.key) {
+        Ok(_) => {}
+        Err(e) => {
+            let at = if e.in_key() { &tls.key } else { &tls.cert };
+            sink.on(at, e.to_string());
+        }
+    }
+    Some(out)
 }
 
 /// An admin token read from `file` (surrounding whitespace ignored).

@@ -17,7 +17,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 
 use super::schema::{
     DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
-    RoutingMethod, SourceAddress, Target,
+    RoutingMethod, SourceAddress, Target, TokenRoleName,
 };
 
 use crate::diag::{Located, Pos};
@@ -211,6 +211,20 @@ pub struct RawAdmin {
     /// between requests (default 10s).
     #[schemars(with = "Option<DurationText>")]
     pub header_read_timeout: Option<Loc<String>>,
+    /// Serve the admin API over HTTPS with this certificate and key (PEM files, read
+    /// again when they change).
+    pub tls: Option<Loc<RawAdminTls>>,
+}
+
+/// `admin.tls:`: the admin API's certificate and key.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "AdminTls")]
+pub struct RawAdminTls {
+    /// PEM file holding the certificate chain, the server's certificate first.
+    pub cert: Loc<String>,
+    /// PEM file holding the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: Loc<String>,
 }
 
 /// One of `admin.tokens`: a name and the file holding its token.
@@ -222,6 +236,10 @@ pub struct RawToken {
     pub name: Loc<String>,
     /// File holding the token (surrounding white space ignored).
     pub file: Loc<String>,
+    /// `read`: the token may only look (GET calls); `write` (the default): it may also
+    /// drain, set weights and reload.
+    #[schemars(with = "Option<TokenRoleName>")]
+    pub role: Option<Loc<String>>,
 }
 
 /// `rate_limit:`: response rate limiting of UDP answers.

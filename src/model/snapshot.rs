@@ -34,6 +34,34 @@ pub struct Listen {
     pub tcp: TcpLimits,
     /// Limits of the admin listener (from `admin:`).
     pub admin_limits: AdminLimits,
+    /// The admin API's certificate and key (`admin.tls`); `None`: plain HTTP.
+    pub admin_tls: Option<AdminTls>,
+}
+
+/// The PEM files the admin API serves HTTPS with; read again when they change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminTls {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What an admin token may do: `Read` tokens may only look (GET and HEAD).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenRole {
+    Read,
+    /// The default, as before roles existed.
+    #[default]
+    Write,
+}
+
+impl TokenRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenRole::Read => "read",
+            TokenRole::Write => "write",
+        }
+    }
 }
 
 /// A bearer token of the admin API and the name changes made with it are recorded under.
@@ -41,12 +69,16 @@ pub struct Listen {
 pub struct AdminToken {
     pub name: String,
     pub secret: String,
+    pub role: TokenRole,
 }
 
 // Without the secret: listeners are logged with `{:?}`.
 impl std::fmt::Debug for AdminToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminToken").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("AdminToken")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
     }
 }
 

@@ -18,6 +18,7 @@ use super::cluster::health::HealthViews;
 use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
 use super::cluster::{Session, profiles};
 use super::dnstap::QueryLog;
+use super::last_reload::LastReload;
 use super::overrides::{self, Change, OverrideError, OverrideState};
 use super::reloader::{Requests, Triggers};
 use super::rrl::Limiter;
@@ -65,6 +66,8 @@ pub struct Control {
     pub health_views: OnceLock<Arc<HealthViews>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
+    /// How the last reload ended, for `GET /api/v1/reload`.
+    pub last_reload: LastReload,
 }
 
 /// The parts of the configuration applied once, at startup: the listen addresses (reloads
@@ -132,6 +135,7 @@ impl Control {
             incoming_remote: Mutex::new(None),
             cluster,
             health_views: OnceLock::new(),
+            last_reload: LastReload::started(served.generation),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {
@@ -235,6 +239,8 @@ impl Control {
     /// Counts and logs a refused configuration; the running one stays.
     pub fn refused(&self, trigger: &str, errors: &ConfigErrors) {
         self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
+        let list = errors.0.iter().map(ToString::to_string).collect();
+        self.last_reload.set(trigger, self.snapshot().generation, list);
         for e in &errors.0 {
             tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
         }
@@ -277,6 +283,7 @@ impl Control {
         }
         self.report_dropped(state, dropped, trigger);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
+        self.last_reload.set(trigger, generation, Vec::new());
         tracing::info!(
             trigger,
             generation,
@@ -327,7 +334,7 @@ impl Control {
         if let Some(path) = cache.state_file.as_ref().filter(|_| !shared) {
             let missing = !cache.overrides.is_empty() && !path.exists();
             if (!dropped.is_empty() || missing)
-                && let Err(e) = save(path, &cache.overrides)
+                && let Err(e) = self.save_state(path, &cache.overrides)
             {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
             }
@@ -368,7 +375,7 @@ impl Control {
         let mut next = state.cache.overrides.clone();
         next.set(&p.name, endpoint, after);
         if let Some(path) = &state.cache.state_file {
-            save(path, &next)
+            self.save_state(path, &next)
                 .map_err(|source| OverrideError::Save { path: path.clone(), source })?;
         }
         let previous = Previous { snapshot: &current, cache: &state.cache };
@@ -405,7 +412,7 @@ impl Control {
                 .collect();
             // The local copy first: whoever sees the change served finds it there too.
             if let Some(path) = &state.cache.state_file
-                && let Err(e) = save(path, &next)
+                && let Err(e) = self.save_state(path, &next)
             {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
             }
@@ -478,6 +485,35 @@ impl Control {
         matches!(tokio::time::timeout(limit, reached).await, Ok(Ok(_)))
     }
 
+    /// Writes the state file: `overrides` and the newest events.
+    fn save_state(&self, path: &std::path::Path, overrides: &Overrides) -> std::io::Result<()> {
+        let (events, newest) = self.events.to_save();
+        save(path, overrides, &events)?;
+        self.events.saved(newest);
+        Ok(())
+    }
+
+    /// Writes the events recorded since the state file was last written into it, with the
+    /// overrides it holds (in a cluster, once those etcd holds are known). Nothing without
+    /// a state file.
+    pub fn save_events(&self) {
+        if !self.events.unsaved() {
+            return;
+        }
+        let state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = &state.cache;
+        let overrides = match (&self.cluster, &cache.shared_overrides) {
+            (None, _) => &cache.overrides,
+            (Some(_), Some(shared)) => shared,
+            (Some(_), None) => return,
+        };
+        if let Some(path) = &cache.state_file
+            && let Err(e) = self.save_state(path, overrides)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
+        }
+    }
+
     /// Whether the admin API listens on a loopback address (what a change is recorded as
     /// made by when the API has no token).
     pub fn admin_is_loopback(&self) -> bool {
@@ -529,7 +565,30 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     if running.admin_limits.header_read_timeout != configured.admin_limits.header_read_timeout {
         keys.push("admin.header_read_timeout");
     }
+    if running.admin_tls.is_some() != configured.admin_tls.is_some() {
+        keys.push("admin.tls");
+    }
     keys
+}
+
+/// The running and the configured value of a listener key of `restart_keys`, as plain
+/// text for the log (`127.0.0.1:8053`, `none`, `one per core`).
+fn restart_values(key: &str, running: &Listen, configured: &Listen) -> (String, String) {
+    fn addr(a: Option<std::net::SocketAddr>) -> String {
+        a.map_or_else(|| "none".to_string(), |a| a.to_string())
+    }
+    let of = |l: &Listen| match key {
+        "listen.dns" => l.dns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        "listen.admin" => addr(l.admin),
+        "listen.udp_threads" => l.udp_threads.map_or("one per core".into(), |n| n.to_string()),
+        "admin.max_connections" => l.admin_limits.max_connections.to_string(),
+        "admin.header_read_timeout" => {
+            humantime::format_duration(l.admin_limits.header_read_timeout).to_string()
+        }
+        "admin.tls" => if l.admin_tls.is_some() { "on" } else { "off" }.to_string(),
+        _ => String::new(),
+    };
+    (of(running), of(configured))
 }
 
 /// Listeners are bound once at startup; say clearly, on every reload, when the
@@ -537,7 +596,13 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
 fn warn_restart_needed(running: &Running, next: &Snapshot) {
     let (running, next) = (&running.listen, &next.listen);
     for key in restart_keys(running, next) {
-        tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, running_udp_threads = ?running.udp_threads, configured_udp_threads = ?next.udp_threads, "{key} changed: restart steerdns to apply it (the running listeners stay)");
+        let (running, configured) = restart_values(key, running, next);
+        tracing::warn!(
+            key,
+            running = %running,
+            configured = %configured,
+            "{key} changed: restart steerdns to apply it (the running listeners stay)"
+        );
     }
 }
 
@@ -567,5 +632,38 @@ pub fn release_free_memory() {
     // SAFETY: malloc_trim only returns free pages to the kernel; it has no preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_warnings_print_plain_values() {
+        let running = Listen {
+            dns: vec!["127.0.0.1:53".parse().unwrap(), "[::1]:53".parse().unwrap()],
+            admin: Some("127.0.0.1:8053".parse().unwrap()),
+            ..Listen::default()
+        };
+        let mut next = running.clone();
+        next.dns.truncate(1);
+        next.admin = None;
+        next.udp_threads = Some(4);
+        next.admin_limits.header_read_timeout = Duration::from_secs(30);
+        next.admin_tls = Some(crate::model::AdminTls { cert: "c".into(), key: "k".into() });
+        let cases = [
+            ("listen.dns", "127.0.0.1:53, [::1]:53", "127.0.0.1:53"),
+            ("listen.admin", "127.0.0.1:8053", "none"),
+            ("listen.udp_threads", "one per core", "4"),
+            ("admin.header_read_timeout", "10s", "30s"),
+            ("admin.tls", "off", "on"),
+        ];
+        let keys: Vec<&str> = cases.iter().map(|c| c.0).collect();
+        assert_eq!(restart_keys(&running, &next), keys);
+        for (key, was, now) in cases {
+            let (r, c) = restart_values(key, &running, &next);
+            assert_eq!((r.as_str(), c.as_str()), (was, now), "{key}");
+        }
     }
 }

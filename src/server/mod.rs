@@ -14,6 +14,7 @@ pub mod control;
 pub mod dnstap;
 pub mod fdlimit;
 pub mod key_timing;
+pub mod last_reload;
 pub mod overrides;
 pub mod presign;
 pub mod reloader;
@@ -53,6 +54,8 @@ pub enum ServerError {
     Cluster(#[from] cluster::etcd::EtcdError),
     #[error(transparent)]
     Profiles(#[from] cluster::profiles::StartError),
+    #[error(transparent)]
+    AdminTls(#[from] config::admin_tls::TlsError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -110,6 +113,9 @@ impl Server {
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
         let events = Arc::new(Events::default());
+        if let Some(path) = &loaded.cache.state_file {
+            events.restore(config::overrides::read_events(path));
+        }
         let views = session.as_deref().map(cluster::health::HealthViews::new);
         let consensus = views.clone().map(|v| v as Arc<dyn crate::probe::Consensus>);
         let prober = Arc::new(Prober::start_with(
@@ -158,6 +164,7 @@ impl Server {
             return Err(e);
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
+        server.tasks.spawn(save_events(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
             server.cluster_tasks.spawn(session.clone().run(server.cancel.clone()));
             if let Some(views) = views {
@@ -211,16 +218,21 @@ impl Server {
             return Err(e);
         }
         if let Some(addr) = listen.admin {
+            let certs = match &listen.admin_tls {
+                Some(files) => Some(Arc::new(admin::tls::Certs::load(files)?)),
+                None => None,
+            };
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
             let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
-            tracing::info!(%actual, "admin API listening");
+            let scheme = if certs.is_some() { "https" } else { "http" };
+            tracing::info!(%actual, scheme = %scheme, "admin API listening");
             if !addr.ip().is_loopback() && listen.admin_tokens.is_empty() {
                 // Only with `admin.allow_unauthenticated: true`: the load refuses it otherwise.
                 tracing::warn!(%actual, "admin API reachable from other hosts without a token (admin.allow_unauthenticated)");
             }
             self.admin_addr = Some(actual);
             let (control, cancel) = (self.control.clone(), self.cancel.clone());
-            self.tasks.spawn(admin::serve(l, control, cancel, listen.admin_limits));
+            self.tasks.spawn(admin::serve(l, control, cancel, listen.admin_limits, certs));
         }
         Ok(())
     }
@@ -328,6 +340,8 @@ impl Server {
         }
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
+        let control = self.control.clone();
+        let _ = tokio::task::spawn_blocking(move || control.save_events()).await;
         let threads = std::mem::take(&mut self.threads);
         let dnstap = self.control.dnstap.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -358,6 +372,23 @@ fn tcp_table(configured: usize, per_source: usize) -> Conns {
 fn unavailable(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::AddrNotAvailable
         || matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL))
+}
+
+/// How often events recorded since are written to the state file: status changes can come
+/// in bursts, and each write rewrites the whole file.
+const EVENT_SAVE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Writes new events to the state file every `EVENT_SAVE_INTERVAL` until `cancel` fires
+/// (shutdown writes the last ones).
+async fn save_events(control: Arc<Control>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(EVENT_SAVE_INTERVAL) => {}
+        }
+        let c = control.clone();
+        let _ = tokio::task::spawn_blocking(move || c.save_events()).await;
+    }
 }
 
 /// How long shutdown waits for the tasks that talk to etcd (the lease's revocation

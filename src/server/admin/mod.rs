@@ -12,19 +12,21 @@
 
 mod cluster;
 mod events;
+pub mod failover;
 pub mod metrics;
 mod overrides;
 mod page;
 pub mod probes;
 pub mod select;
 pub mod stats;
+pub mod tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -41,6 +43,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use self::select::{ListParams, SelectError, Selected};
 use super::control::Control;
 use super::reloader::{ReloadError, Reloader, Trigger};
+use crate::model::TokenRole;
 use crate::model::health::Status;
 use crate::model::snapshot::{AdminLimits, Snapshot};
 use crate::model::{Nested, Profile, Target};
@@ -68,7 +71,7 @@ pub fn router(control: Shared) -> Router {
         .route("/api/v1/profiles/{name}", get(profile))
         .route("/api/v1/stats", get(stats))
         .route("/api/v1/explain", get(explain_query))
-        .route("/api/v1/reload", post(reload))
+        .route("/api/v1/reload", get(last_reload).post(reload))
         .route("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", post(overrides::drain))
         .route("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", post(overrides::undrain))
         .route(
@@ -77,6 +80,7 @@ pub fn router(control: Shared) -> Router {
         )
         .route("/api/v1/events", get(events::list))
         .route("/api/v1/cluster", get(cluster::show))
+        .route("/api/v1/whoami", get(whoami))
         .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -90,15 +94,17 @@ pub fn router(control: Shared) -> Router {
 }
 
 /// Serves the API on `listener` until `cancel` fires: at most `limits.max_connections`
-/// connections at once (more are closed on accept), each closed when a request head takes
-/// longer than `limits.header_read_timeout` or it idles that long between requests.
+/// connections at once (more are closed on accept), each closed when a request head (or
+/// with `certs`, the TLS handshake) takes longer than `limits.header_read_timeout` or it
+/// idles that long between requests. With `certs`, over HTTPS.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     control: Shared,
     cancel: CancellationToken,
     limits: AdminLimits,
+    certs: Option<Arc<tls::Certs>>,
 ) {
-    let app = router(control);
+    let app = router(control.clone());
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper starts the header timer whenever it waits for a request head, so it is also
@@ -134,12 +140,29 @@ pub async fn serve(
             continue;
         };
         full_logged = false;
-        let conn =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(app.clone());
+        let Some(certs) = &certs else {
+            let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                // Errors are the client's (timeouts, resets, bad requests): nothing to report.
+                let _ = conn.await;
+                drop(slot);
+            });
+            continue;
+        };
+        let (certs, control, http, watcher) =
+            (certs.clone(), control.clone(), http.clone(), graceful.watcher());
         tokio::spawn(async move {
-            // Errors are the client's (timeouts, resets, bad requests): nothing to report.
-            let _ = conn.await;
+            // The running configuration says which files (a reload may move them); one
+            // that turned TLS off keeps the files in use until the restart it needs.
+            let files = control.snapshot().listen.admin_tls.clone();
+            let acceptor = tokio_rustls::TlsAcceptor::from(certs.current(files.as_ref()));
+            let handshake =
+                tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+            // A failed or slow handshake is the client's: nothing to report.
+            if let Ok(Ok(stream)) = handshake.await {
+                let _ = watcher.watch(http.serve_connection(TokioIo::new(stream), service)).await;
+            }
             drop(slot);
         });
     }
@@ -159,16 +182,21 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Who made a request: the name of the token it carried, or what stands for it when the
-/// API has no token.
+/// API has no token; and what it may do.
 #[derive(Clone, Debug)]
-pub struct Caller(pub String);
+pub struct Caller(pub String, pub TokenRole);
+
+/// Whether a call only reads: a `read` token may make it.
+fn only_reads(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
 
 async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) -> Response {
     let tokens = c.snapshot().listen.admin_tokens.clone();
     if tokens.is_empty() {
         let [loopback, other] = crate::config::NO_TOKEN_NAMES;
         let name = if c.admin_is_loopback() { loopback } else { other };
-        req.extensions_mut().insert(Caller(name.to_string()));
+        req.extensions_mut().insert(Caller(name.to_string(), TokenRole::Write));
         return next.run(req).await;
     }
     let given = req
@@ -182,12 +210,20 @@ async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) ->
     let matched = given.and_then(|g| {
         tokens.iter().fold(None, |found, t| {
             let same = constant_time_eq(g.as_bytes(), t.secret.as_bytes());
-            if same { Some(t.name.clone()) } else { found }
+            if same { Some((t.name.clone(), t.role)) } else { found }
         })
     });
     match matched {
-        Some(name) => {
-            req.extensions_mut().insert(Caller(name));
+        Some((name, TokenRole::Read)) if !only_reads(req.method()) => {
+            let message = format!(
+                "the token {name:?} is read-only: {} {} changes state and needs a write token",
+                req.method(),
+                req.uri().path()
+            );
+            error(StatusCode::FORBIDDEN, message)
+        }
+        Some((name, role)) => {
+            req.extensions_mut().insert(Caller(name, role));
             next.run(req).await
         }
         None => {
@@ -265,6 +301,8 @@ fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
             json!({ "endpoint": e.name, "drained": e.drained, "weight_override": e.weight_override })
         })
         .collect();
+    let failover = failover::failover(ctx, p)
+        .map(|f| json!({ "preferred": f.preferred, "serving": f.serving }));
     json!({
         "name": p.name,
         "zone": snap.zones[p.zone].origin.to_string(),
@@ -273,6 +311,7 @@ fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
         "status": profile_status(snap, id).as_str(),
         "endpoints": counts,
         "overrides": overrides,
+        "failover": failover,
     })
 }
 
@@ -366,6 +405,24 @@ async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) 
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }
     Json(explained).into_response()
+}
+
+/// The caller's token name and role, so that the status page offers only what it may do.
+async fn whoami(axum::Extension(Caller(name, role)): axum::Extension<Caller>) -> Response {
+    Json(json!({ "name": name, "role": role.as_str() })).into_response()
+}
+
+/// How the last reload ended, whatever triggered it (the startup load before any).
+async fn last_reload(State(c): State<Shared>) -> Response {
+    let r = c.last_reload.get();
+    Json(json!({
+        "time": humantime::format_rfc3339_seconds(r.time).to_string(),
+        "trigger": r.trigger,
+        "ok": r.ok(),
+        "generation": r.generation,
+        "errors": r.errors,
+    }))
+    .into_response()
 }
 
 async fn reload(State(c): State<Shared>) -> Response {
