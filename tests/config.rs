@@ -122,6 +122,11 @@ fn yaml_mistakes_are_named_plainly_where_they_are() {
             &["p.yaml:4:1: indented with a tab; YAML indents with spaces only"],
         ),
         (
+            format!("name: www\nrouting priority\nendpoints:\n{ep}"),
+            &["p.yaml:2:1: `routing priority` is not a `key: value` like the lines around it; \
+               is a colon missing (`routing: priority`)?"],
+        ),
+        (
             format!("name: www\nrouting: priority\nname: web\nendpoints:\n{ep}"),
             &["p.yaml:3:1: duplicate key `name` (first at 1:1)"],
         ),
@@ -186,7 +191,7 @@ fn server_file_yaml_mistakes_are_named_where_they_are() {
     let cases: &[(&str, &[&str])] = &[
         (
             "listen:\n  dns: [\"127.0.0.1:0\"]\n admin: \"127.0.0.1:0\"\nzones: []\n",
-            &["steerdns.yaml:3:2: `admin:` is indented 1 spaces, which matches no enclosing \
+            &["steerdns.yaml:3:2: `admin:` is indented 1 space, which matches no enclosing \
                level: its siblings at line 2 are at 2, the keys at line 1 at 0"],
         ),
         (

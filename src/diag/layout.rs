@@ -202,8 +202,10 @@ impl Scan {
                 }
                 if let Some(list) = self.levels.last().filter(|l| is_item && l.kind == Kind::Seq) {
                     let message = format!(
-                        "`{shown}` is indented {c} spaces but the list items at line {} are at {}",
-                        list.line, list.col
+                        "`{shown}` is indented {} but the list items at line {} are at {}",
+                        spaces(c),
+                        list.line,
+                        list.col
                     );
                     self.at(no, c, message);
                     return self.enter(no, line, &e);
@@ -230,9 +232,11 @@ impl Scan {
         let Some(top) = self.levels.last() else {
             if let Some(p) = popped.filter(|_| no > 1) {
                 let message = format!(
-                    "`{shown}` is indented {c} spaces, less than the document's first line \
+                    "`{shown}` is indented {}, less than the document's first line \
                      (line {}, at {})",
-                    p.line, p.col
+                    spaces(c),
+                    p.line,
+                    p.col
                 );
                 self.at(no, c, message);
             }
@@ -245,8 +249,9 @@ impl Scan {
             // Between two levels: it belongs to neither.
             let message = match &popped {
                 Some(p) => format!(
-                    "`{shown}` is indented {c} spaces, which matches no enclosing level: its \
+                    "`{shown}` is indented {}, which matches no enclosing level: its \
                      siblings at line {} are at {}, the {} at line {top_line} at {top_col}",
+                    spaces(c),
                     p.line,
                     p.col,
                     if top_kind == Kind::Seq { "list" } else { "keys" },
@@ -269,12 +274,15 @@ impl Scan {
                 }
                 let message = match &popped {
                     Some(p) if p.kind == Kind::Map => format!(
-                        "`{shown}` is indented {c} spaces but its siblings at line {} are at {}",
-                        p.line, p.col
+                        "`{shown}` is indented {} but its siblings at line {} are at {}",
+                        spaces(c),
+                        p.line,
+                        p.col
                     ),
                     _ => format!(
-                        "`{shown}` is indented {c} spaces, as the list items at line {top_line}, \
-                         but is not a list item (`- `)"
+                        "`{shown}` is indented {}, as the list items at line {top_line}, \
+                         but is not a list item (`- `)",
+                        spaces(c)
                     ),
                 };
                 self.at(no, c, message);
@@ -285,12 +293,33 @@ impl Scan {
             }
             (Kind::Map, true) => {
                 let message = format!(
-                    "list item `{shown}` is indented {c} spaces, as the keys at line {top_line}; \
-                     a list goes under a key with no value of its own (`key:`)"
+                    "list item `{shown}` is indented {}, as the keys at line {top_line}; \
+                     a list goes under a key with no value of its own (`key:`)",
+                    spaces(c)
                 );
                 self.at(no, c, message);
                 self.levels.push(Level { col: c, kind: Kind::Seq, line: no, keys: Vec::new() });
                 self.enter(no, line, &e)
+            }
+            (Kind::Map, false) if e.key.is_none() && glued_key(e.value).is_none() => {
+                // Among keys, a line that is no `key: value`: most often a lost colon.
+                let keys = self.levels.last().is_some_and(|l| !l.keys.is_empty());
+                if !keys {
+                    return self.enter(no, line, &e);
+                }
+                let (key, value) = match e.value.split_once(' ') {
+                    Some((first, rest)) => (first, rest.trim_start()),
+                    None => (e.value, ""),
+                };
+                let fixed = format!("{key}: {value}");
+                let message = format!(
+                    "`{shown}` is not a `key: value` like the lines around it; is a colon \
+                     missing (`{}`)?",
+                    fixed.trim_end()
+                );
+                self.at(no, c, message);
+                // Read on as if the colon were there.
+                self.enter(no, line, &Entry { key: Some(key), value, dashes: Vec::new(), col: c })
             }
             _ => self.enter(no, line, &e),
         }
@@ -433,6 +462,11 @@ fn glued_key(text: &str) -> Option<(&str, &str)> {
         && !k.chars().all(|c| c.is_ascii_hexdigit());
     let value = !v.is_empty() && !v.starts_with([':', '/', ' ', '\t']);
     (ident && value).then_some((k, v))
+}
+
+/// An indentation, in words.
+fn spaces(n: usize) -> String {
+    if n == 1 { "1 space".to_string() } else { format!("{n} spaces") }
 }
 
 /// The value without its anchor (`&a`) and tag (`!!str`).
@@ -591,8 +625,18 @@ mod tests {
                 &["3:3: `b:` is indented 2 spaces, as the list items at line 2, but is not a list item (`- `)"],
             ),
             (
+                "name: www\nrouting priority\nendpoints: []\n".into(),
+                &["2:1: `routing priority` is not a `key: value` like the lines around it; is a \
+                   colon missing (`routing: priority`)?"],
+            ),
+            (
+                "name: www\nrouting: priority\nendpoints\n  - { name: a }\n".into(),
+                &["3:1: `endpoints` is not a `key: value` like the lines around it; is a colon \
+                   missing (`endpoints:`)?"],
+            ),
+            (
                 "a:\n  b: 1\n c: 2\n".into(),
-                &["3:2: `c:` is indented 1 spaces, which matches no enclosing level: its siblings \
+                &["3:2: `c:` is indented 1 space, which matches no enclosing level: its siblings \
                    at line 2 are at 2, the keys at line 1 at 0"],
             ),
             // Every document is read on its own; a mistake in each is named.
