@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::{Location, Spanned};
 
+mod duplicate;
 mod layout;
 
 /// A position in a configuration file (1-based; 0 when unknown). 32 bits, as in
@@ -115,6 +116,13 @@ pub fn yaml_errors(
     let mistakes = layout::mistakes(text, lines_before);
     if mistakes.is_empty() {
         let mut error = from_yaml(file, e);
+        if let serde_saphyr::Error::DuplicateMappingKey { key: Some(key), .. } = e.without_snippet()
+            && let Some(first) = duplicate::first_of(text, key, error.pos)
+        {
+            let first = Pos { line: first.line + lines_before, ..first };
+            error.message =
+                format!("duplicate key `{key}` (first at {}:{})", first.line, first.col);
+        }
         if error.pos.line > 0 {
             error.pos.line += lines_before;
         }

@@ -130,10 +130,10 @@ fn yaml_mistakes_are_named_plainly_where_they_are() {
             format!("name: www\nrouting: priority\nname: web\nendpoints:\n{ep}"),
             &["p.yaml:3:1: duplicate key `name` (first at 1:1)"],
         ),
-        // In a flow mapping the parser's own finding stands, in our words.
+        // In a flow mapping the parser finds it; both places are named.
         (
             "name: www\nrouting: priority\nendpoints:\n  - { name: a, name: b, target: 192.0.2.1 }\n".into(),
-            &["p.yaml:4:16: duplicate key `name`"],
+            &["p.yaml:4:16: duplicate key `name` (first at 4:7)"],
         ),
         // Type errors: what was expected, as YAML writes it.
         (
