@@ -1,6 +1,8 @@
 //! Where a duplicated key was first written. The parser names the second occurrence of a
 //! key; an operator fixing it wants to see both, so the text is read again for the first.
 
+use std::collections::HashMap;
+
 use granit_parser::{Event, Parser};
 
 use super::Pos;
@@ -10,7 +12,7 @@ use super::Pos;
 pub fn first_of(text: &str, key: &str, second: Pos) -> Option<Pos> {
     /// An open collection: a mapping's keys so far and whether its next node is a key.
     enum Frame {
-        Map { keys: Vec<(String, Pos)>, at_key: bool },
+        Map { keys: HashMap<String, Pos>, at_key: bool },
         Seq,
     }
     let options = granit_parser::options! { emit_comments: false };
@@ -31,14 +33,16 @@ pub fn first_of(text: &str, key: &str, second: Pos) -> Option<Pos> {
         if starts_node && let Some(Frame::Map { keys, at_key }) = frames.last_mut() {
             if *at_key && let Event::Scalar(text, ..) = &event {
                 if text == key && pos == second {
-                    return keys.iter().find(|(k, _)| k == key).map(|(_, p)| *p);
+                    return keys.get(key).copied();
                 }
-                keys.push((text.to_string(), pos));
+                keys.entry(text.to_string()).or_insert(pos);
             }
             *at_key = !*at_key;
         }
         match event {
-            Event::MappingStart(..) => frames.push(Frame::Map { keys: Vec::new(), at_key: true }),
+            Event::MappingStart(..) => {
+                frames.push(Frame::Map { keys: HashMap::new(), at_key: true })
+            }
             Event::SequenceStart(..) => frames.push(Frame::Seq),
             Event::MappingEnd | Event::SequenceEnd => drop(frames.pop()),
             _ => {}

@@ -7,6 +7,8 @@
 //! Block structure only: the insides of flow collections (`{ … }`, `[ … ]`), quoted
 //! scalars spanning lines and block scalars (`|`, `>`) are skipped, never judged.
 
+use std::collections::HashMap;
+
 use super::Pos;
 
 /// Every layout mistake found in `text` (whose first line is line `lines_before + 1` of
@@ -35,7 +37,7 @@ struct Level {
     col: usize,
     kind: Kind,
     line: u32,
-    keys: Vec<(String, Pos)>,
+    keys: HashMap<String, Pos>,
 }
 
 /// What the previous entry left open for the next line.
@@ -191,7 +193,7 @@ impl Scan {
         match open {
             Open::Child { col, after_key } if c > col || (c == col && after_key && is_item) => {
                 let kind = if is_item { Kind::Seq } else { Kind::Map };
-                self.levels.push(Level { col: c, kind, line: no, keys: Vec::new() });
+                self.levels.push(Level { col: c, kind, line: no, keys: HashMap::new() });
                 return self.enter(no, line, &e);
             }
             Open::Value { line: at, shown: prev, scalar } if top_col.is_some_and(|t| c > t) => {
@@ -241,7 +243,7 @@ impl Scan {
                 self.at(no, c, message);
             }
             let kind = if is_item { Kind::Seq } else { Kind::Map };
-            self.levels.push(Level { col: c, kind, line: no, keys: Vec::new() });
+            self.levels.push(Level { col: c, kind, line: no, keys: HashMap::new() });
             return self.enter(no, line, &e);
         };
         let (top_col, top_kind, top_line) = (top.col, top.kind, top.line);
@@ -298,7 +300,7 @@ impl Scan {
                     spaces(c)
                 );
                 self.at(no, c, message);
-                self.levels.push(Level { col: c, kind: Kind::Seq, line: no, keys: Vec::new() });
+                self.levels.push(Level { col: c, kind: Kind::Seq, line: no, keys: HashMap::new() });
                 self.enter(no, line, &e)
             }
             (Kind::Map, false) if e.key.is_none() && glued_key(e.value).is_none() => {
@@ -331,7 +333,7 @@ impl Scan {
     fn enter(&mut self, no: u32, line: &str, e: &Entry<'_>) {
         let misplaced = std::mem::take(&mut self.misplaced);
         for &dash in e.dashes.iter().skip(1) {
-            self.levels.push(Level { col: dash, kind: Kind::Seq, line: no, keys: Vec::new() });
+            self.levels.push(Level { col: dash, kind: Kind::Seq, line: no, keys: HashMap::new() });
         }
         let Some(key) = e.key else {
             let is_item = !e.dashes.is_empty();
@@ -345,17 +347,17 @@ impl Scan {
             return;
         };
         if !e.dashes.is_empty() {
-            self.levels.push(Level { col: e.col, kind: Kind::Map, line: no, keys: Vec::new() });
+            self.levels.push(Level { col: e.col, kind: Kind::Map, line: no, keys: HashMap::new() });
         }
         let name = unquote(key).to_string();
         let pos = Pos { line: no, col: u32::try_from(e.col + 1).unwrap_or(u32::MAX) };
         if let Some(level) = self.levels.last_mut().filter(|l| l.kind == Kind::Map && !misplaced) {
-            if let Some((_, first)) = level.keys.iter().find(|(k, _)| *k == name) {
+            if let Some(first) = level.keys.get(&name) {
                 let message =
                     format!("duplicate key `{name}` (first at {}:{})", first.line, first.col);
                 self.found.push((pos, message));
             } else {
-                level.keys.push((name, pos));
+                level.keys.insert(name, pos);
             }
         }
         if strip_properties(e.value).is_empty() {
