@@ -160,6 +160,15 @@ fn yaml_mistakes_are_named_plainly_where_they_are() {
             format!("name: www\nrouting: priority\nmonitor: {{ expected_status: [[200]] }}\nendpoints:\n{ep}"),
             &["p.yaml:3:30: expected a status code (`200`) or a range of them (`200-299`)"],
         ),
+        // Positions count from the file's start, in a later document too.
+        (
+            format!("name: a\nrouting: priority\nendpoints: []\n---\nname: b\nrouting: priority\nttl: [1]\nendpoints:\n{ep}"),
+            &["p.yaml:7:1: expected an integer, got a list"],
+        ),
+        (
+            "name: a\nrouting: priority\nendpoints: []\n---\nname: b\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, name: c }\n".into(),
+            &["p.yaml:8:35: duplicate key `name` (first at 8:7)"],
+        ),
         // One mistake per document, and a valid document's own error, all reported.
         (
             format!(

@@ -684,6 +684,19 @@ mod tests {
         }
     }
 
+    /// Any text is read without a panic: every prefix of one that mixes every shape (and
+    /// characters of several bytes) in every place.
+    #[test]
+    fn any_text_is_read() {
+        let text = "\u{feff}name: \"é\\\"x\"\n -é: 'a''b\n  c'\n\t- ü\n  -{ a: [1,\n \"]\" ] }\n\
+                    x:ü\n? k\n: v\n- - - é\n  | \n   é\n  >\n---\n- \u{a0}x: 1\n  \u{a0}y\n#é\n\r\n";
+        let cuts = text.char_indices().map(|(i, _)| i).chain([text.len()]);
+        for cut in cuts {
+            mistakes(&text[..cut], 0);
+            mistakes(&text[cut..], 7);
+        }
+    }
+
     /// Nothing the parser accepts is a mistake: every YAML file of the repository (the
     /// shipped configuration and profiles, test fixtures, fuzzing seeds) and every YAML
     /// example in the documentation that parses is read without one.
