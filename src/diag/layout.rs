@@ -94,12 +94,15 @@ impl Scan {
         if body.trim().is_empty() {
             return;
         }
-        if line.starts_with("---") || line.starts_with("...") || line.starts_with('%') {
+        let marker = |m: &str| {
+            line.strip_prefix(m).is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t']))
+        };
+        if marker("---") || marker("...") || line.starts_with('%') {
             self.levels.clear();
             self.open = None;
             self.lost = false;
             let rest = line.get(3..).unwrap_or("").trim();
-            if line.starts_with("---") && !rest.is_empty() {
+            if marker("---") && !rest.is_empty() {
                 self.after_value(no, rest, line.len() - rest.len(), "---");
             }
             return;
