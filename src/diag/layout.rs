@@ -42,13 +42,13 @@ struct Level {
 
 /// What the previous entry left open for the next line.
 #[derive(Clone)]
-enum Open {
+enum Open<'a> {
     /// Nothing: the next line continues the levels as they are.
     None,
     /// A key or a `-` without a value on its line: a deeper line is its value.
     Child { col: usize, after_key: bool },
     /// `key: value` or `- value` complete on its line (`shown` is how it was written).
-    Value { line: u32, shown: String, scalar: bool },
+    Value { line: u32, shown: &'a str, scalar: bool },
 }
 
 /// Text skipped over several lines.
@@ -61,9 +61,9 @@ enum Skip {
 }
 
 #[derive(Default)]
-struct Scan {
+struct Scan<'a> {
     levels: Vec<Level>,
-    open: Option<Open>,
+    open: Option<Open<'a>>,
     skip: Option<Skip>,
     /// After a tab in the indentation, the structure is unknown until a line at column 0.
     lost: bool,
@@ -85,8 +85,8 @@ struct Entry<'a> {
     value: &'a str,
 }
 
-impl Scan {
-    fn line(&mut self, no: u32, line: &str) {
+impl<'a> Scan<'a> {
+    fn line(&mut self, no: u32, line: &'a str) {
         if self.skipped(line) {
             return;
         }
@@ -159,7 +159,7 @@ impl Scan {
     }
 
     /// Fits one content line into the open levels, reporting where it does not fit.
-    fn place(&mut self, no: u32, line: &str, mut e: Entry<'_>) {
+    fn place(&mut self, no: u32, line: &'a str, mut e: Entry<'a>) {
         self.misplaced = false;
         // `-name: a`: a key starting with a dash, surely meant as a list item, and read as
         // one from here on.
@@ -180,10 +180,7 @@ impl Scan {
         }
         let c = e.dashes.first().copied().unwrap_or(e.col);
         let is_item = !e.dashes.is_empty();
-        let shown = match e.key {
-            Some(key) => format!("{key}:"),
-            None => written(line, c),
-        };
+        let shown = Shown { key: e.key, text: &line[c..] };
         // `name:www`: one plain scalar, where a key was surely meant.
         if e.key.is_none()
             && let Some((k, v)) = glued_key(e.value)
@@ -333,7 +330,7 @@ impl Scan {
     /// Records the entry in the innermost level (its key, for duplicates), opens the levels
     /// its own line starts (`- key: v` opens a mapping inside a list item), and notes what
     /// it leaves open for the next line.
-    fn enter(&mut self, no: u32, line: &str, e: &Entry<'_>) {
+    fn enter(&mut self, no: u32, line: &'a str, e: &Entry<'a>) {
         let misplaced = std::mem::take(&mut self.misplaced);
         for &dash in e.dashes.iter().skip(1) {
             self.levels.push(Level { col: dash, kind: Kind::Seq, line: no, keys: HashMap::new() });
@@ -373,9 +370,9 @@ impl Scan {
     /// Notes what a value written on its line (`value`, the line's text from `col`) leaves
     /// open: a block scalar's lines, a flow collection or quoted scalar not closed yet, or
     /// nothing.
-    fn after_value(&mut self, no: u32, value: &str, col: usize, written: &str) {
+    fn after_value(&mut self, no: u32, value: &str, col: usize, written: &'a str) {
         let value = strip_properties(value);
-        let shown = strip_comment(written).trim_end().to_string();
+        let shown = strip_comment(written).trim_end();
         if value.starts_with(['|', '>']) {
             self.skip = Some(Skip::Block { col });
             self.open = Some(Open::Value { line: no, shown, scalar: false });
@@ -467,6 +464,22 @@ fn glued_key(text: &str) -> Option<(&str, &str)> {
         && !k.chars().all(|c| c.is_ascii_hexdigit());
     let value = !v.is_empty() && !v.starts_with([':', '/', ' ', '\t']);
     (ident && value).then_some((k, v))
+}
+
+/// How a line was written, for a message: `key:` for a key, else the line from its
+/// first token. Formatted only when a message is.
+struct Shown<'a> {
+    key: Option<&'a str>,
+    text: &'a str,
+}
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.key {
+            Some(key) => write!(f, "{key}:"),
+            None => f.write_str(&written(self.text, 0)),
+        }
+    }
 }
 
 /// An indentation, in words.
