@@ -43,7 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use crate::diag::{ConfigError, ConfigErrors};
 
-use crate::diag::{self, Limit, Sink, from_yaml};
+use crate::diag::{self, Limit, Sink, yaml_errors};
 use files::Doc;
 pub use overrides::{Dropped, Override, Overrides};
 use raw::{Loc, RawListen, RawServer};
@@ -140,7 +140,7 @@ pub fn load_from(
 pub fn cluster_settings(path: &Path) -> Result<Option<ClusterSettings>, ConfigErrors> {
     let text = diag::read_file(path, CONFIG_FILE_LIMIT)?;
     let raw: RawServer =
-        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
+        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(yaml_errors(path, &text, 0, &e)))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut errors = Vec::new();
     let settings = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
@@ -168,7 +168,7 @@ fn load_with(
     let mut errors = Vec::new();
     let text = diag::read_file(path, CONFIG_FILE_LIMIT)?;
     let raw: RawServer =
-        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
+        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(yaml_errors(path, &text, 0, &e)))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut keys = dnssec::KeyWatch::default();
     let (listen, mut zones, world, profiles_dir, limits) =

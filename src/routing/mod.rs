@@ -259,8 +259,8 @@ pub fn eligible<H: HealthView + ?Sized>(
             .map(|c| format!("{} ({})", profile.endpoints[c.index].name, c.status))
             .collect();
         format!(
-            "candidates for {:?}: {}",
-            want,
+            "candidates for {}: {}",
+            asked(want),
             if names.is_empty() { "none".into() } else { names.join(", ") }
         )
     });
@@ -271,6 +271,19 @@ pub fn eligible<H: HealthView + ?Sized>(
     ctx.note(|| "no endpoint is serving; fail_open: degraded endpoints serve".to_string());
     list.retain(|c| c.status == Status::Degraded);
     list
+}
+
+/// What a query asks of the endpoints, as the trace shows it: record types as DNS writes
+/// them.
+fn asked(want: Want) -> &'static str {
+    match want {
+        Want::A => "A",
+        Want::Aaaa => "AAAA",
+        Want::Cname => "CNAME",
+        Want::Any => "any type (host names and addresses)",
+        Want::V4Address => "A (addresses only)",
+        Want::V6Address => "AAAA (addresses only)",
+    }
 }
 
 #[cfg(test)]
