@@ -564,3 +564,136 @@ fn named_tokens_are_checked() {
     ];
     assert_eq!(got, want);
 }
+
+// ---------------------------------------------------------------------------------------
+// The patched snapshot an override change makes, against a full rebuild
+// ---------------------------------------------------------------------------------------
+
+/// Profiles of every kind an override changes: plain methods, and chains of nesting where
+/// draining the child's only IPv6 or host-name endpoint changes what its parents answer.
+fn mixed_profiles(n: usize) -> String {
+    let mut docs = Vec::new();
+    for i in 0..n {
+        let (v4, v6) = (format!("192.0.2.{}", i % 250 + 1), format!("2001:db8::{:x}", i + 1));
+        docs.push(match i % 4 {
+            0 => format!(
+                "name: m{i}\nrouting: priority\nendpoints:\n  - {{ name: a, target: {v4}, always_serve: true }}\n  - {{ name: b, target: {v6}, always_serve: true }}\n"
+            ),
+            1 => format!(
+                "name: m{i}\nrouting: weighted\nsticky: true\nendpoints:\n  - {{ name: a, target: {v4}, weight: 3, always_serve: true }}\n  - {{ name: b, target: 198.51.100.{}, always_serve: true }}\n  - {{ name: c, target: www{i}.example.net., always_serve: true }}\n",
+                i % 250 + 1
+            ),
+            2 => format!(
+                "name: m{i}\nrouting: multivalue\nmax_return: 2\nendpoints:\n  - {{ name: a, target: {v4}, always_serve: true }}\n  - {{ name: b, target: {v6}, always_serve: true }}\n  - {{ name: c, target: 203.0.113.{}, always_serve: true }}\n",
+                i % 250 + 1
+            ),
+            _ => format!(
+                "name: c{i}\nrouting: priority\nendpoints:\n  - {{ name: a, target: {v6}, always_serve: true }}\n  - {{ name: h, target: www{i}.example.net., always_serve: true }}\n---\nname: m{i}\nrouting: priority\nendpoints:\n  - {{ name: n, profile: c{i} }}\n  - {{ name: b, target: {v4}, always_serve: true }}\n---\nname: g{i}\nrouting: weighted\nendpoints:\n  - {{ name: n, profile: m{i} }}\n  - {{ name: b, target: 198.51.100.{}, always_serve: true }}\n",
+                i % 250 + 1
+            ),
+        });
+    }
+    docs.join("---\n")
+}
+
+/// Every answer and decision trace `snap` gives for every profile, by query type and
+/// client (as `steerdns explain` does, every endpoint healthy), with each endpoint's
+/// overrides and each profile's families.
+fn everything(snap: &steerdns::model::Snapshot) -> Vec<String> {
+    use steerdns::responder::explain::{AllHealthy, absolute, explain, parse_type};
+    let clients = [
+        "192.0.2.7",
+        "192.0.2.200",
+        "198.51.100.9",
+        "198.51.100.200",
+        "203.0.113.5",
+        "2001:db8::7",
+    ];
+    let mut out = Vec::new();
+    for p in &snap.profiles {
+        let eps = p.endpoints.iter().map(|e| (e.enabled, e.weight, e.drained, e.weight_override));
+        out.push(format!("{} {:?} {:?}", p.name, p.families, eps.collect::<Vec<_>>()));
+        let name = absolute(snap, &p.name).unwrap();
+        for qtype in ["A", "AAAA", "CNAME"] {
+            for client in clients {
+                let qtype = parse_type(qtype).unwrap();
+                let e = explain(snap, &AllHealthy(&*snap.health), &name, qtype, ip(client));
+                // The authority section's SOA carries the serial, which depends on the
+                // history of changes (the number of records is compared).
+                let (rcode, answer, scope, trace) = (&e.rcode, &e.answer, e.scope, &e.trace);
+                let authority = e.authority.len();
+                out.push(format!(
+                    "{} {qtype} {client}: {rcode} {answer:?} {scope:?} {authority} {trace:?}",
+                    p.name
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_patched_snapshot_answers_as_a_full_rebuild_and_a_reload_keeps_its_overrides() {
+    use steerdns::config::{self, Override, Overrides};
+    let dir = tempfile::tempdir().unwrap();
+    let mut profiles = location_profiles();
+    profiles.push(("override.yaml".into(), PROFILES.into()));
+    profiles.push(("mixed.yaml".into(), mixed_profiles(24)));
+    write_location_config(dir.path(), &profiles);
+    let path = dir.path().join("steerdns.yaml");
+    let base = config::load(&path, None).unwrap();
+    let targets: Vec<(String, String)> = (base.snapshot.profiles.iter())
+        .flat_map(|p| p.endpoints.iter().map(|e| (p.name.clone(), e.name.clone())))
+        .collect();
+    assert!(targets.len() > 100, "{} endpoints", targets.len());
+
+    // A fixed walk over every endpoint: drains, weights (some that the method refuses),
+    // undrains and cleared weights, and overrides of names the configuration lacks.
+    let mut overrides = Overrides::default();
+    overrides.set(&fq("gone"), "a", Override { drained: true, weight: None });
+    overrides.set(&fq("prio"), "gone", Override { drained: false, weight: Some(2) });
+    let mut patched = config::patch(base.previous(), &overrides);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for step in 0..40 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Some steps change several endpoints at once, as an update from etcd can.
+        for k in 0..1 + step % 3 {
+            let (p, e) = &targets[(x as usize).wrapping_add(k * 31) % targets.len()];
+            let before = overrides.get(p, e);
+            let after = match (x >> 20) % 5 {
+                0 | 1 => Override { drained: !before.drained, ..before },
+                2 => Override { weight: Some([0, 2, 5, 300][(x >> 30) as usize % 4]), ..before },
+                3 => Override { weight: None, ..before },
+                _ => Override::default(),
+            };
+            overrides.set(p, e, after);
+        }
+        let next = config::patch(patched.previous(), &overrides);
+        let rebuilt = config::rebuild(base.previous(), &overrides);
+        assert_eq!(next.cache.overrides, rebuilt.cache.overrides, "step {step}: kept");
+        assert_eq!(next.dropped, rebuilt.dropped, "step {step}: dropped");
+        let fingerprints = |l: &config::Loaded| -> Vec<u64> {
+            l.snapshot.zones.iter().map(|z| z.fingerprint).collect()
+        };
+        assert_eq!(fingerprints(&next), fingerprints(&rebuilt), "step {step}: fingerprints");
+        let (a, b) = (everything(&next.snapshot), everything(&rebuilt.snapshot));
+        assert_eq!(a.len(), b.len());
+        for (a, b) in a.iter().zip(&b) {
+            assert_eq!(a, b, "step {step}: patched, then rebuilt");
+        }
+        // The serial grows when, and only when, the answers changed.
+        let (old, new) = (&patched.snapshot.zones[0], &next.snapshot.zones[0]);
+        assert_eq!(old.fingerprint == new.fingerprint, old.serial == new.serial, "step {step}");
+        assert!(new.serial >= old.serial);
+        patched = next;
+    }
+    let drained = patched.cache.overrides.iter().filter(|(_, _, o)| o.drained).count();
+    assert!(drained > 3, "the walk left {drained} endpoints drained");
+
+    // A reload of the patched configuration keeps its overrides and its answers.
+    let reloaded = config::load(&path, Some(patched.previous())).unwrap();
+    assert_eq!(reloaded.cache.overrides, patched.cache.overrides);
+    assert_eq!(everything(&reloaded.snapshot), everything(&patched.snapshot));
+}

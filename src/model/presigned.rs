@@ -73,7 +73,7 @@ pub fn known_rrsets(snap: &Snapshot, now: u64) -> Vec<Known> {
         let sep = || keys().filter(|k| k.is_sep());
         out.push(apex(Rtype::CDNSKEY, zone.ttl, sep().map(|k| k.dnskey_rdata()).collect()));
         out.push(apex(Rtype::CDS, zone.ttl, sep().map(|k| k.ds_rdata(origin)).collect()));
-        for (name, node) in &zone.nodes {
+        for (name, node) in zone.nodes.iter() {
             for set in &node.rrsets {
                 out.push(Known {
                     zone: zi,
@@ -118,7 +118,12 @@ pub fn known_rrsets(snap: &Snapshot, now: u64) -> Vec<Known> {
 }
 
 /// The records `p` can answer with, through nested children (enabled endpoints only).
-fn leaves_of(profiles: &[Profile], p: &Profile, out: &mut Vec<(Rtype, Vec<u8>)>, depth: usize) {
+fn leaves_of(
+    profiles: &[Arc<Profile>],
+    p: &Profile,
+    out: &mut Vec<(Rtype, Vec<u8>)>,
+    depth: usize,
+) {
     if depth > 16 {
         return;
     }
