@@ -697,3 +697,61 @@ fn a_patched_snapshot_answers_as_a_full_rebuild_and_a_reload_keeps_its_overrides
     assert_eq!(reloaded.cache.overrides, patched.cache.overrides);
     assert_eq!(everything(&reloaded.snapshot), everything(&patched.snapshot));
 }
+
+// ---------------------------------------------------------------------------------------
+// Endpoint details of a large profile
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_details_of_a_profile_with_thousands_of_endpoints_are_each_its_own() {
+    const N: usize = 3000;
+    let backend = HttpBackend::start("127.0.0.2").await;
+    // Every 700th endpoint is probed (against the backend); the others are not, so details
+    // put on the wrong endpoint show.
+    let probed = |i: usize| i % 700 == 3;
+    let mut big = format!(
+        "name: many\nrouting: weighted\n\
+         monitor: {{ interval: 1s, timeout: 300ms, tolerated_failures: 0, port: {} }}\n\
+         endpoints:\n",
+        backend.addr.port()
+    );
+    let target = |i: usize| {
+        if probed(i) { "127.0.0.2".to_string() } else { format!("10.0.{}.{}", i / 250, i % 250) }
+    };
+    for i in 0..N {
+        let serve = if probed(i) { "" } else { ", always_serve: true" };
+        big.push_str(&format!("  - {{ name: e{i}, target: {}{serve} }}\n", target(i)));
+    }
+    let h = start(&[("many.yaml", &big)]).await;
+    drain(&h, "many/e1500", ALICE).await;
+    set_weight(&h, "many/e2999", 7, ALICE).await;
+    let deadline = Instant::now() + PATIENCE;
+    let v = loop {
+        let v = get(&h, "/api/v1/profiles/many").await;
+        let eps = v["endpoints"].as_array().unwrap();
+        if eps.iter().filter(|e| e["status"] == "online").count()
+            == (0..N).filter(|&i| probed(i)).count()
+        {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the probed endpoints never came online: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let eps = v["endpoints"].as_array().unwrap();
+    assert_eq!(eps.len(), N);
+    for (i, e) in eps.iter().enumerate() {
+        let at = format!("endpoint {i}: {e}");
+        assert_eq!(e["name"], format!("e{i}"), "{at}");
+        assert_eq!(e["target"], target(i), "{at}");
+        assert_eq!(e["probed"], probed(i), "{at}");
+        assert_eq!(e["status"], if probed(i) { "online" } else { "unmonitored" }, "{at}");
+        assert_eq!(
+            e["last_probe"]["ok"],
+            if probed(i) { json!(true) } else { Value::Null },
+            "{at}"
+        );
+        assert_eq!(e["drained"], i == 1500, "{at}");
+        assert_eq!(e["weight_override"], if i == 2999 { json!(7) } else { Value::Null }, "{at}");
+    }
+    h.stop().await;
+}
