@@ -208,6 +208,35 @@ async fn drain_moves_answers_and_undrain_brings_them_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_counts_carry_on_across_override_changes_and_reloads() {
+    let h = start(&[("p.yaml", PROFILES)]).await;
+    let ask = |n: usize| {
+        let h = &h;
+        async move {
+            for _ in 0..n {
+                answer(h, "prio").await;
+            }
+        }
+    };
+    ask(5).await;
+    drain(&h, "prio/a", ALICE).await;
+    ask(3).await;
+    undrain(&h, "prio/a", ALICE).await;
+    ask(2).await;
+    let r = api(&h, "POST", "/api/v1/reload", Some(ADMIN), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    ask(1).await;
+    // Each query counted once: none lost with a replaced snapshot, none counted twice
+    // where a patched snapshot shares its predecessor's counters.
+    let m = scrape(h.admin(), Some(ADMIN)).await;
+    let prio = fq("prio");
+    let queries = m.sum("steerdns_queries_total", &[("profile", &prio), ("qtype", "A")]);
+    let answers = |ep| m.sum("steerdns_answers_total", &[("profile", &prio), ("endpoint", ep)]);
+    assert_eq!((queries, answers("a"), answers("b")), (11.0, 8.0, 3.0));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weight_override_changes_the_weighted_split() {
     let h = start(&[("p.yaml", PROFILES)]).await;
     let (a, b) = ("192.0.2.11".to_string(), "192.0.2.12".to_string());
