@@ -291,15 +291,16 @@ impl Control {
             self.prober.adopt(&next);
         }
         let generation = next.generation;
-        let retired = !Arc::ptr_eq(&current.counters, &next.counters);
+        let replaced = !Arc::ptr_eq(&current.counters, &next.counters);
         self.shared.store(Arc::new(next));
         self.served.send_modify(|s| s.generation = generation);
-        if retired {
+        if replaced {
             self.totals.retire(&current);
         }
         self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
-        state.retiring = retire_aside(current);
+        // A patch frees one profile or a few: no heap worth trimming.
+        state.retiring = retire_aside(current, replaced);
     }
 
     /// Logs and records the overrides a load could not apply, and writes the state file
@@ -545,20 +546,24 @@ fn warn_restart_needed(running: &Running, next: &Snapshot) {
     }
 }
 
-/// Frees a replaced snapshot and trims the heap (the parser's garbage too) on another
-/// thread, so that the reload answers as soon as the new snapshot is live: for a large
+/// Frees a replaced snapshot and, when `trim`, trims the heap (the parser's garbage too) on
+/// another thread, so that the reload answers as soon as the new snapshot is live: for a large
 /// configuration both take a noticeable time. Queries still holding the old snapshot keep
 /// it alive until they finish.
-fn retire_aside(old: Arc<Snapshot>) -> Option<JoinHandle<()>> {
+fn retire_aside(old: Arc<Snapshot>, trim: bool) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("snapshot-retire".into()).spawn(move || {
         drop(old);
-        release_free_memory();
+        if trim {
+            release_free_memory();
+        }
     });
     spawned
         .inspect_err(|e| {
             // The closure (and the snapshot in it) was dropped inline; trim inline too.
             tracing::warn!(error = %e, "cannot start a thread to free the old configuration");
-            release_free_memory();
+            if trim {
+                release_free_memory();
+            }
         })
         .ok()
 }
