@@ -299,8 +299,9 @@ impl Control {
         }
         self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
-        // A patch frees one profile or a few: no heap worth trimming.
-        state.retiring = retire_aside(current, replaced);
+        // A patch frees a profile or a few and the list of profiles: at once, rather than
+        // on a thread the next change would wait for.
+        state.retiring = if replaced { retire_aside(current) } else { None };
     }
 
     /// Logs and records the overrides a load could not apply, and writes the state file
@@ -546,24 +547,20 @@ fn warn_restart_needed(running: &Running, next: &Snapshot) {
     }
 }
 
-/// Frees a replaced snapshot and, when `trim`, trims the heap (the parser's garbage too) on
-/// another thread, so that the reload answers as soon as the new snapshot is live: for a large
+/// Frees a replaced snapshot and trims the heap (the parser's garbage too) on another
+/// thread, so that the reload answers as soon as the new snapshot is live: for a large
 /// configuration both take a noticeable time. Queries still holding the old snapshot keep
 /// it alive until they finish.
-fn retire_aside(old: Arc<Snapshot>, trim: bool) -> Option<JoinHandle<()>> {
+fn retire_aside(old: Arc<Snapshot>) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("snapshot-retire".into()).spawn(move || {
         drop(old);
-        if trim {
-            release_free_memory();
-        }
+        release_free_memory();
     });
     spawned
         .inspect_err(|e| {
             // The closure (and the snapshot in it) was dropped inline; trim inline too.
             tracing::warn!(error = %e, "cannot start a thread to free the old configuration");
-            if trim {
-                release_free_memory();
-            }
+            release_free_memory();
         })
         .ok()
 }
