@@ -6,8 +6,8 @@
 //! reload takes over the profiles of unchanged documents from the running snapshot
 //! (`files`, `reuse`). Profile documents in the usual shapes are read by a quick reader
 //! (`yaml`) that leaves everything else, errors included, to serde-saphyr. Run-time
-//! overrides (`overrides`) are applied to every load; `rebuild` applies changed ones to
-//! the running configuration without reading any file.
+//! overrides (`overrides`) are applied to every load; `patch` applies changed ones to
+//! the running configuration without reading any file (`rebuild` does it the long way).
 
 pub mod admin_tls;
 mod check;
@@ -272,7 +272,7 @@ fn load_with(
 /// slots, compiled mappings, zone serials and the generation are done as a load does them.
 pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
     let prev = previous.snapshot;
-    let mut profiles = prev.profiles.clone();
+    let mut profiles: Vec<Profile> = prev.profiles.iter().map(|p| Profile::clone(p)).collect();
     let (kept, dropped) = overrides::apply(&mut profiles, overrides);
     let parts = Parts {
         listen: prev.listen.clone(),
@@ -285,6 +285,21 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         probe_source: prev.probe_source,
     };
     let snapshot = assemble(parts, profiles, Some(prev));
+    let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
+    Loaded { snapshot, cache, dropped }
+}
+
+/// `rebuild`, made by patching: only the profiles whose overrides differ from those the
+/// running configuration applied are copied and set again, the rest is shared (see
+/// `Snapshot::patched`). Serves the same answers as `rebuild` with the same overrides.
+pub fn patch(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
+    let prev = previous.snapshot;
+    let (mut replaced, kept, dropped) =
+        overrides::patch(prev, &previous.cache.overrides, overrides);
+    for (id, p) in &mut replaced {
+        geographic::recompile(&prev.world, &prev.profiles[*id], p);
+    }
+    let snapshot = prev.patched(replaced, unix_now());
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
     Loaded { snapshot, cache, dropped }
 }
@@ -687,7 +702,8 @@ fn attach_profiles(
 ) {
     for (id, p) in profiles.iter().enumerate() {
         let zone = &mut zones[p.zone];
-        let node = zone.nodes.entry(p.wire.clone()).or_default();
+        let nodes = Arc::make_mut(&mut zone.nodes);
+        let node = nodes.entry(p.wire.clone()).or_default();
         if !node.rrsets.is_empty() {
             let src = &sources[origin_doc[id]];
             errors.push(ConfigError {
@@ -700,9 +716,8 @@ fn attach_profiles(
             });
         }
         node.profile = Some(id);
-        let origin = zone.origin.clone();
-        for anc in p.wire.ancestors_below(&origin) {
-            zone.nodes.entry(anc).or_default();
+        for anc in p.wire.ancestors_below(&zone.origin) {
+            nodes.entry(anc).or_default();
         }
     }
 }
@@ -763,16 +778,7 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
             (t.publish, t.activate, t.inactive, t.delete).hash(&mut h);
         }
     }
-    for p in profiles {
-        (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
-            .hash(&mut h);
-        // The method's rules decide answers too: a geo code or subnet moved to another
-        // endpoint must bump the serial like an address change does.
-        p.rules.hash(&mut h);
-        for e in &p.endpoints {
-            (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
-                .hash(&mut h);
-        }
-    }
-    h.finish()
+    // Order-independent too, so that a patch of one profile can update it.
+    let profiles = profiles.fold(0u64, |sum, p| sum.wrapping_add(p.answer_hash()));
+    h.finish().wrapping_add(profiles)
 }

@@ -5,7 +5,7 @@
 //! (`state_file:`), read at every load and rewritten whole on every change; in a cluster,
 //! in etcd, with the state file as the local copy a start reads while etcd is unreachable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::Path;
 
@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::profiles::weight_range;
 use crate::diag::{ConfigError, Limit, Pos};
-use crate::model::Profile;
 use crate::model::events::{Event, Kind};
+use crate::model::{Endpoint, Profile, ProfileId, Snapshot};
 use crate::wire::name::WireName;
 
 /// A state file holds a few lines per override; a larger one is a mistake.
@@ -86,12 +86,7 @@ pub struct Dropped {
 /// overrides), then gets its override. Returns the overrides that applied, and the parts
 /// that did not.
 pub fn apply(profiles: &mut [Profile], overrides: &Overrides) -> (Overrides, Vec<Dropped>) {
-    for ep in profiles.iter_mut().flat_map(|p| p.endpoints.iter_mut()) {
-        ep.enabled = ep.configured_enabled;
-        ep.weight = ep.configured_weight;
-        ep.drained = false;
-        ep.weight_override = None;
-    }
+    profiles.iter_mut().for_each(reset);
     let mut kept = Overrides::default();
     let mut dropped = Vec::new();
     if overrides.is_empty() {
@@ -105,38 +100,115 @@ pub fn apply(profiles: &mut [Profile], overrides: &Overrides) -> (Overrides, Vec
             *id = i;
         }
     }
-    let mut drop = |profile: &str, endpoint: &str, what: Override, reason: String| {
-        dropped.push(Dropped {
-            profile: profile.to_string(),
-            endpoint: endpoint.to_string(),
-            dropped: what,
-            reason,
-        });
-    };
-    for (profile, endpoint, mut o) in overrides.iter() {
-        let Some(&id) = ids.get(profile).filter(|&&id| id != usize::MAX) else {
-            drop(profile, endpoint, o, "the profile is no longer in the configuration".into());
-            continue;
-        };
-        let p = &mut profiles[id];
-        let (method, endpoints) = (p.method, &mut p.endpoints);
-        let Some(ep) = endpoints.iter_mut().find(|e| e.name == endpoint) else {
-            drop(profile, endpoint, o, "the endpoint is no longer in the profile".into());
-            continue;
-        };
-        if let Some(w) = o.weight
-            && let Err(reason) = check_weight(method, w)
-        {
-            drop(profile, endpoint, Override { drained: false, weight: Some(w) }, reason);
-            o.weight = None;
+    for (profile, endpoint, o) in overrides.iter() {
+        let id = ids.get(profile).copied().filter(|&id| id != usize::MAX);
+        let p = id.map(|id| &mut profiles[id]);
+        if let Some((at, o)) = fit(p.as_deref(), profile, endpoint, o, &mut dropped) {
+            if let Some(p) = p {
+                set(&mut p.endpoints[at], o);
+            }
+            kept.set(profile, endpoint, o);
         }
-        ep.drained = o.drained;
-        ep.enabled = ep.configured_enabled && !o.drained;
-        ep.weight_override = o.weight;
-        ep.weight = o.weight.unwrap_or(ep.configured_weight);
-        kept.set(profile, endpoint, o);
     }
     (kept, dropped)
+}
+
+/// `apply` for the profiles of `snapshot`, which carry `applied` already: only the
+/// profiles where `applied` and `overrides` differ are copied and set again, so the cost
+/// grows with the overrides, not with the configuration. Returns those profiles by id (for
+/// `Snapshot::patched`), and what `apply` returns.
+pub fn patch(
+    snapshot: &Snapshot,
+    applied: &Overrides,
+    overrides: &Overrides,
+) -> (Vec<(ProfileId, Profile)>, Overrides, Vec<Dropped>) {
+    // `apply` matches names exactly; the snapshot's index ignores case.
+    let id_of = |name: &str| {
+        let id = snapshot.profile_by_name(&WireName::parse(name).ok()?)?;
+        (snapshot.profiles[id].name == name).then_some(id)
+    };
+    let changed: BTreeSet<&str> = (applied.iter().chain(overrides.iter()))
+        .filter(|&(p, e, _)| applied.get(p, e) != overrides.get(p, e))
+        .map(|(p, _, _)| p)
+        .collect();
+    let mut copies: BTreeMap<&str, (ProfileId, Profile)> = BTreeMap::new();
+    for name in changed {
+        if let Some(id) = id_of(name) {
+            let mut p = Profile::clone(&snapshot.profiles[id]);
+            reset(&mut p);
+            copies.insert(name, (id, p));
+        }
+    }
+    let mut kept = Overrides::default();
+    let mut dropped = Vec::new();
+    for (profile, endpoint, o) in overrides.iter() {
+        let fitted = match copies.get_mut(profile) {
+            Some((_, p)) => {
+                let fitted = fit(Some(p), profile, endpoint, o, &mut dropped);
+                if let Some((at, o)) = fitted {
+                    set(&mut p.endpoints[at], o);
+                }
+                fitted
+            }
+            None => {
+                let p = id_of(profile).map(|id| &*snapshot.profiles[id]);
+                fit(p, profile, endpoint, o, &mut dropped)
+            }
+        };
+        if let Some((_, o)) = fitted {
+            kept.set(profile, endpoint, o);
+        }
+    }
+    (copies.into_values().collect(), kept, dropped)
+}
+
+/// Undoes every override of `p`: its endpoints as the configuration says.
+fn reset(p: &mut Profile) {
+    for ep in &mut p.endpoints {
+        ep.enabled = ep.configured_enabled;
+        ep.weight = ep.configured_weight;
+        ep.drained = false;
+        ep.weight_override = None;
+    }
+}
+
+/// What of override `o` of `endpoint` in `profile` (`p`, when the configuration has it)
+/// applies: the endpoint's index and the override without the parts that cannot apply,
+/// which go to `dropped` with the reason.
+fn fit(
+    p: Option<&Profile>,
+    profile: &str,
+    endpoint: &str,
+    mut o: Override,
+    dropped: &mut Vec<Dropped>,
+) -> Option<(usize, Override)> {
+    let mut drop = |what: Override, reason: String| {
+        let (profile, endpoint) = (profile.to_string(), endpoint.to_string());
+        dropped.push(Dropped { profile, endpoint, dropped: what, reason });
+    };
+    let Some(p) = p else {
+        drop(o, "the profile is no longer in the configuration".into());
+        return None;
+    };
+    let Some(at) = p.endpoints.iter().position(|e| e.name == endpoint) else {
+        drop(o, "the endpoint is no longer in the profile".into());
+        return None;
+    };
+    if let Some(w) = o.weight
+        && let Err(reason) = check_weight(p.method, w)
+    {
+        drop(Override { drained: false, weight: Some(w) }, reason);
+        o.weight = None;
+    }
+    Some((at, o))
+}
+
+/// Puts the (fitting) override `o` on `ep`.
+fn set(ep: &mut Endpoint, o: Override) {
+    ep.drained = o.drained;
+    ep.enabled = ep.configured_enabled && !o.drained;
+    ep.weight_override = o.weight;
+    ep.weight = o.weight.unwrap_or(ep.configured_weight);
 }
 
 /// Whether a profile routed by `method` takes `weight` as an endpoint's weight; `Err` says
@@ -339,7 +411,8 @@ mod tests {
             })
             .collect();
         std::fs::write(dir.path().join("profiles/p.yaml"), docs.join("---\n")).unwrap();
-        crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot.profiles
+        let loaded = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+        loaded.snapshot.profiles.iter().map(|p| Profile::clone(p)).collect()
     }
 
     fn set(list: &[(&str, &str, bool, Option<u32>)]) -> Overrides {

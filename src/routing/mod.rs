@@ -19,6 +19,7 @@ mod subnet;
 pub mod weighted;
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use arrayvec::ArrayVec;
 use rand::Rng;
@@ -34,7 +35,7 @@ pub use scratch::{Pooled, Scratch};
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {
-    pub profiles: &'a [Profile],
+    pub profiles: &'a [Arc<Profile>],
     pub health: &'a H,
     pub world: &'a World,
     /// Where `explain` collects the decision trace; `None` on the query path, where
@@ -43,7 +44,7 @@ pub struct Ctx<'a, H: HealthView + ?Sized> {
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
-    pub fn new(profiles: &'a [Profile], health: &'a H, world: &'a World) -> Self {
+    pub fn new(profiles: &'a [Arc<Profile>], health: &'a H, world: &'a World) -> Self {
         Ctx { profiles, health, world, trace: None }
     }
 

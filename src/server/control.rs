@@ -303,15 +303,24 @@ impl Control {
         next: Snapshot,
         cache: ReloadCache,
     ) {
-        // Probe state moves into the new health table before queries read it.
-        self.prober.adopt(&next);
+        // Probe state moves into the new health table before queries read it. A patched
+        // snapshot (an override change) shares the table and the endpoints' probes, and
+        // counts on in the same counters.
+        if !Arc::ptr_eq(&current.health, &next.health) {
+            self.prober.adopt(&next);
+        }
         let generation = next.generation;
+        let replaced = !Arc::ptr_eq(&current.counters, &next.counters);
         self.shared.store(Arc::new(next));
         self.served.send_modify(|s| s.generation = generation);
-        self.totals.retire(&current);
+        if replaced {
+            self.totals.retire(&current);
+        }
         self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
-        state.retiring = retire_aside(current);
+        // A patch frees a profile or a few and the list of profiles: at once, rather than
+        // on a thread the next change would wait for.
+        state.retiring = if replaced { retire_aside(current) } else { None };
     }
 
     /// Logs and records the overrides a load could not apply, and writes the state file
@@ -344,8 +353,9 @@ impl Control {
 
     /// Applies one operator change to `endpoint` of profile `profile`: checked against the
     /// running configuration, written to the state file (when there is one) before anything
-    /// else, then swapped in as a rebuild of the running configuration with the new
-    /// overrides (no file is read). A change that changes nothing is not recorded.
+    /// else, then swapped in as the running configuration patched with the new overrides
+    /// (no file is read; only the changed profile is copied). A change that changes
+    /// nothing is not recorded.
     pub fn change_override(
         &self,
         profile: &WireName,
@@ -379,7 +389,7 @@ impl Control {
                 .map_err(|source| OverrideError::Save { path: path.clone(), source })?;
         }
         let previous = Previous { snapshot: &current, cache: &state.cache };
-        let Loaded { snapshot, cache, .. } = config::rebuild(previous, &next);
+        let Loaded { snapshot, cache, .. } = config::patch(previous, &next);
         let generation = snapshot.generation;
         self.swap(&mut state, current.clone(), snapshot, cache);
         overrides::log(change, &done, weights, by);
@@ -393,7 +403,7 @@ impl Control {
     }
 
     /// Applies the overrides etcd holds as of `revision` (`cluster::overrides` reads them):
-    /// a rebuild of the running configuration, as for a change made here, when they differ
+    /// a patch of the running configuration, as for a change made here, when they differ
     /// from those applied. Each endpoint whose overrides changed gets its log line and
     /// event, by the author etcd names (`authors`); the state file, when there is one, gets
     /// a copy of them all for a start while etcd is unreachable.
@@ -427,7 +437,7 @@ impl Control {
         });
     }
 
-    /// The rebuild of `apply_shared_overrides`, and the log lines and events of what it
+    /// The patch of `apply_shared_overrides`, and the log lines and events of what it
     /// changed at `targets` (what could not apply is reported as dropped instead).
     fn rebuild_shared(
         &self,
@@ -439,7 +449,7 @@ impl Control {
         let started = std::time::Instant::now();
         let current = self.shared.load_full();
         let previous = Previous { snapshot: &current, cache: &state.cache };
-        let Loaded { snapshot, cache, dropped } = config::rebuild(previous, next);
+        let Loaded { snapshot, cache, dropped } = config::patch(previous, next);
         let endpoint = |s: &Snapshot, p: &str, e: &str| {
             let id = s.profile_by_name(&WireName::parse(p).ok()?)?;
             s.profiles[id].endpoints.iter().find(|ep| ep.name == e).cloned()

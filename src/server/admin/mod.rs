@@ -334,6 +334,7 @@ async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response 
     };
     let p = &snap.profiles[id];
     let ctx = Ctx::of(&snap);
+    let mut details = probes::endpoint_details(&c.prober, &p.name);
     let endpoints: Vec<Value> = p
         .endpoints
         .iter()
@@ -349,7 +350,7 @@ async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response 
                 "drained": ep.drained,
                 "weight_override": ep.weight_override,
             });
-            if let Some(details) = probes::endpoint_details(&c.prober, &p.name, &ep.name) {
+            if let Some(details) = details.remove(&ep.name) {
                 v.as_object_mut().expect("object").extend(details);
             }
             v
