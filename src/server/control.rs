@@ -59,6 +59,8 @@ pub struct Control {
     served: watch::Sender<Served>,
     /// Every replica's health views, when `cluster:` is set (set once at startup).
     pub health_views: OnceLock<Arc<HealthViews>>,
+    /// Real user measurements, when `rum:` was set at startup (set once).
+    pub rum: OnceLock<Arc<super::rum::Rum>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
 }
@@ -127,6 +129,7 @@ impl Control {
             dnstap,
             cluster,
             health_views: OnceLock::new(),
+            rum: OnceLock::new(),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {
@@ -500,6 +503,9 @@ impl Control {
         let mut keys = restart_keys(&self.running.listen, &self.snapshot().listen);
         if self.running.dnstap != self.snapshot().dnstap {
             keys.push("log.dnstap");
+        }
+        if self.rum.get().map(|r| &*r.settings) != self.snapshot().rum.as_deref() {
+            keys.push("rum");
         }
         keys
     }
