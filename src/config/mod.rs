@@ -29,6 +29,7 @@ pub mod raw;
 pub mod remote;
 mod reuse;
 mod rules;
+mod rum;
 pub mod schema;
 mod world;
 mod yaml;
@@ -179,6 +180,8 @@ fn load_with(
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
     let cluster = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let probe_source = probe::build(&mut Sink { file: path, errors: &mut errors }, &raw);
+    let rum = rum::build(&mut Sink { file: path, errors: &mut errors }, raw.rum.as_ref(), &world)
+        .map(Arc::new);
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {
         ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
@@ -255,7 +258,8 @@ fn load_with(
     let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
     let cluster = cluster.map(Arc::new);
     let world = Arc::new(world);
-    let parts = Parts { listen, zones, world, cookies, rate_limit, dnstap, cluster, probe_source };
+    let parts =
+        Parts { listen, zones, world, cookies, rate_limit, dnstap, cluster, probe_source, rum };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
@@ -283,6 +287,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         dnstap: prev.dnstap.clone(),
         cluster: prev.cluster.clone(),
         probe_source: prev.probe_source,
+        rum: prev.rum.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -314,12 +319,13 @@ struct Parts {
     dnstap: Option<crate::model::snapshot::Dnstap>,
     cluster: Option<Arc<ClusterSettings>>,
     probe_source: crate::model::snapshot::ProbeSource,
+    rum: Option<Arc<crate::geo::rum::RumSettings>>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
 /// then the whole.
 fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
-    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster, probe_source } =
+    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster, probe_source, rum } =
         parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
@@ -335,6 +341,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.dnstap = dnstap;
     snapshot.cluster = cluster;
     snapshot.probe_source = probe_source;
+    snapshot.rum = rum;
     snapshot
 }
 

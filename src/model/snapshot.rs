@@ -204,6 +204,8 @@ pub struct Snapshot {
     pub cluster: Option<Arc<ClusterSettings>>,
     /// Where health probes connect from.
     pub probe_source: ProbeSource,
+    /// `rum:`: real user measurements; `None`: off.
+    pub rum: Option<Arc<crate::geo::rum::RumSettings>>,
 }
 
 impl Snapshot {
@@ -237,6 +239,7 @@ impl Snapshot {
             dnstap,
             cluster,
             probe_source: ProbeSource::default(),
+            rum: None,
         }
     }
 

@@ -64,6 +64,8 @@ pub struct Control {
     served: watch::Sender<Served>,
     /// Every replica's health views, when `cluster:` is set (set once at startup).
     pub health_views: OnceLock<Arc<HealthViews>>,
+    /// Real user measurements, when `rum:` was set at startup (set once).
+    pub rum: OnceLock<Arc<super::rum::Rum>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
     /// How the last reload ended, for `GET /api/v1/reload`.
@@ -136,6 +138,7 @@ impl Control {
             cluster,
             health_views: OnceLock::new(),
             last_reload: LastReload::started(served.generation),
+            rum: OnceLock::new(),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {
@@ -554,7 +557,11 @@ impl Control {
 
     /// Configuration keys whose change needs a restart (listeners are bound once).
     pub fn restart_needed(&self) -> Vec<&'static str> {
-        restart_keys(&self.running.listen, &self.snapshot().listen)
+        let mut keys = restart_keys(&self.running.listen, &self.snapshot().listen);
+        if self.rum.get().map(|r| &*r.settings) != self.snapshot().rum.as_deref() {
+            keys.push("rum");
+        }
+        keys
     }
 }
 

@@ -4,8 +4,8 @@
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
 //! the responder, `control` swaps snapshots, runs the reloads that `reloader` queues for
 //! every trigger (`watch`, SIGHUP, `admin`, `key_timing`, `cluster`) and override changes
-//! (`overrides`, from `admin`), `admin` serves the HTTP API, and `dnstap` writes the query
-//! log.
+//! (`overrides`, from `admin`), `admin` serves the HTTP API, `dnstap` writes the query
+//! log, and `rum` takes real user measurements.
 
 pub mod admin;
 pub mod cluster;
@@ -19,6 +19,7 @@ pub mod overrides;
 pub mod presign;
 pub mod reloader;
 pub mod rrl;
+pub mod rum;
 pub mod tcp;
 pub mod totals;
 pub mod udp;
@@ -63,6 +64,7 @@ pub struct Server {
     control: Arc<Control>,
     dns_addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
+    rum_addrs: Vec<SocketAddr>,
     cancel: CancellationToken,
     /// The UDP workers and the pre-signer, joined at shutdown.
     threads: Vec<JoinHandle<()>>,
@@ -139,6 +141,7 @@ impl Server {
             control,
             dns_addrs: Vec::new(),
             admin_addr: None,
+            rum_addrs: Vec::new(),
             cancel,
             threads: Vec::new(),
             tasks: JoinSet::new(),
@@ -234,6 +237,23 @@ impl Server {
             let (control, cancel) = (self.control.clone(), self.cancel.clone());
             self.tasks.spawn(admin::serve(l, control, cancel, listen.admin_limits, certs));
         }
+        self.start_rum().await
+    }
+
+    /// The real user measurements listeners and their publisher, when `rum:` is set.
+    async fn start_rum(&mut self) -> Result<(), ServerError> {
+        let Some(settings) = self.control.snapshot().rum.clone() else { return Ok(()) };
+        let rum = Arc::new(rum::Rum::new(settings.clone()));
+        for &addr in &settings.listen {
+            let bind_err = |source| ServerError::Bind { addr, source };
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
+            let actual = l.local_addr().map_err(bind_err)?;
+            tracing::info!(%actual, "real user measurements listening");
+            self.rum_addrs.push(actual);
+            self.tasks.spawn(rum::serve(l, rum.clone(), self.cancel.clone()));
+        }
+        self.tasks.spawn(rum::publish_every(rum.clone(), self.cancel.clone()));
+        let _ = self.control.rum.set(rum);
         Ok(())
     }
 
@@ -299,6 +319,11 @@ impl Server {
     /// The admin API's address, with its real port, when it is enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
+    }
+
+    /// The real user measurements listeners' addresses, with real ports.
+    pub fn rum_addrs(&self) -> &[SocketAddr] {
+        &self.rum_addrs
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {

@@ -65,6 +65,11 @@ const HELP: &[(&str, &str)] = &[
         "Signatures put in answers, by where they came from: a thread's cache, the pre-signed table, or signed on the spot",
     ),
     ("steerdns_dnssec_dropped", "Queries not answered because the signing budget was spent"),
+    ("steerdns_rum_reports", "Real user measurement reports, by result: stored or why refused"),
+    (
+        "steerdns_rum_evictions",
+        "Client networks evicted from the measurements to stay within rum.max_networks",
+    ),
     ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
     (
         "steerdns_dnstap_dropped",
@@ -121,6 +126,14 @@ pub fn render(control: &Control) -> String {
             counters.insert(series, n.load(Ordering::Relaxed));
         }
     }
+    if let Some(rum) = control.rum.get() {
+        for (result, n) in rum.counts.reports() {
+            counters
+                .insert(Series::new("steerdns_rum_reports", vec![("result", result.into())]), n);
+        }
+        let evictions = rum.counts.evictions.load(Ordering::Relaxed);
+        counters.insert(Series::new("steerdns_rum_evictions", vec![]), evictions);
+    }
     let mut gauges = vec![
         Gauge {
             name: "steerdns_config_generation",
@@ -164,6 +177,14 @@ pub fn render(control: &Control) -> String {
                 value: n as f64,
             });
         }
+    }
+    if let Some(rum) = control.rum.get() {
+        gauges.push(Gauge {
+            name: "steerdns_rum_networks",
+            help: "Client networks the real user measurements hold samples of",
+            labels: vec![],
+            value: rum.counts.networks.load(Ordering::Relaxed) as f64,
+        });
     }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));

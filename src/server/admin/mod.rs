@@ -81,6 +81,7 @@ pub fn router(control: Shared) -> Router {
         .route("/api/v1/events", get(events::list))
         .route("/api/v1/cluster", get(cluster::show))
         .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/rum", get(crate::server::rum::api::lookup))
         .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
