@@ -2,11 +2,13 @@
 //! (`contrib/grafana/steerdns.json`) and the Prometheus alerts
 //! (`contrib/prometheus/alerts.yaml`) use is one a running server exports, under exactly that
 //! name; the alerts pass `promtool check rules` and their unit tests
-//! (`contrib/prometheus/alerts.test.yaml`).
+//! (`contrib/prometheus/alerts.test.yaml`). And the Debian package `cargo deb` makes from
+//! the `[package.metadata.deb]` of Cargo.toml installs, checks and purges cleanly.
 
 mod common;
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -354,4 +356,139 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     assert!(missing.is_empty(), "not in /metrics:\n{}", missing.join("\n"));
     h.stop().await;
     backend.stop().await;
+}
+
+/// The program's output, both streams.
+fn output_text(out: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Runs `program` with `args`; panics with its output unless it succeeds.
+fn run(program: &str, args: &[&str]) -> String {
+    let out =
+        Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    let text = output_text(&out);
+    assert!(out.status.success(), "{program} {}:\n{text}", args.join(" "));
+    text
+}
+
+/// The directory cargo built the tests into (it holds `CACHEDIR.TAG`): `cargo deb` packages
+/// the binary already there instead of building a release one.
+fn target_dir() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_steerdns"));
+    let found = exe.ancestors().skip(1).take(3).find(|d| d.join("CACHEDIR.TAG").is_file());
+    found.unwrap_or_else(|| exe.parent().unwrap().parent().unwrap()).to_path_buf()
+}
+
+/// Purges the package when the test ends, also when it fails half-way.
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg").args(["--purge", "steerdns"]).output();
+    }
+}
+
+const PACKAGE_UNIT: &str = "/usr/lib/systemd/system/steerdns.service";
+
+/// The value of `key=` in a unit (the first one).
+fn unit_value<'a>(unit: &'a str, key: &str) -> &'a str {
+    let prefix = format!("{key}=");
+    unit.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or_else(|| panic!("{key}="))
+}
+
+/// `cargo deb` packages the test build's binary (`--no-build --profile dev`); the package
+/// installs with `dpkg -i`, its unit verifies and names the package's paths, the binary
+/// checks the installed example as the service's user, and `dpkg --purge` leaves nothing
+/// behind. Needs root (CI runs as root) and changes the system, so it skips elsewhere, and
+/// also where a steerdns package is already installed.
+#[test]
+fn the_debian_package_installs_checks_and_purges() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: installing a package needs root");
+        return;
+    }
+    let (Some(_), Some(_)) = (require_tool("dpkg", "dpkg"), require_tool("cargo-deb", "cargo-deb"))
+    else {
+        return;
+    };
+    if Command::new("dpkg").args(["-s", "steerdns"]).output().unwrap().status.success() {
+        eprintln!("skipping: a steerdns package is installed here already");
+        return;
+    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["deb", "--no-build", "--profile", "dev", "--no-strip", "--fast", "-o"])
+        .arg(out_dir.path())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", target_dir())
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "cargo deb:\n{}", output_text(&built));
+    let arch = run("dpkg", &["--print-architecture"]);
+    let name = format!("steerdns_{}_{}.deb", env!("CARGO_PKG_VERSION"), arch.trim());
+    let deb = out_dir.path().join(&name);
+    assert!(deb.is_file(), "no {name} in {}", output_text(&built));
+
+    let installed = Installed;
+    run("dpkg", &["-i", deb.to_str().unwrap()]);
+    let conffiles = run("dpkg-query", &["-W", "-f=${Conffiles}", "steerdns"]);
+    for file in ["/etc/steerdns/steerdns.yaml", "/etc/steerdns/profiles/failover.yaml"] {
+        assert!(conffiles.contains(&format!(" {file} ")), "{file} is no conffile:\n{conffiles}");
+    }
+    let user = run("getent", &["passwd", "steerdns"]);
+    let fields: Vec<&str> = user.trim().split(':').collect();
+    assert_eq!(fields[6], "/usr/sbin/nologin", "{user}");
+    let uid: u32 = fields[2].parse().unwrap();
+
+    // The unit names the package's binary, configuration and state directory, and runs as
+    // the user the package made.
+    let unit = read(Path::new(PACKAGE_UNIT));
+    assert_eq!(
+        unit,
+        read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/steerdns.service"))
+    );
+    let exec: Vec<&str> = unit_value(&unit, "ExecStart").split_whitespace().collect();
+    assert_eq!(exec[..2], ["/usr/bin/steerdns", "serve"], "{exec:?}");
+    let config = exec[exec.iter().position(|w| *w == "-c").expect("-c CONFIG") + 1];
+    assert!(conffiles.contains(&format!(" {config} ")), "{config} is not the package's");
+    assert_eq!(unit_value(&unit, "ConfigurationDirectory"), "steerdns", "/etc/steerdns");
+    assert_eq!(unit_value(&unit, "StateDirectory"), "steerdns", "/var/lib/steerdns");
+    assert_eq!(unit_value(&unit, "User"), "steerdns");
+    let state = std::fs::metadata("/var/lib/steerdns").expect("/var/lib/steerdns");
+    assert_eq!((state.uid(), state.mode() & 0o7777), (uid, 0o750), "/var/lib/steerdns");
+    if have_tool("systemd-analyze", "systemd") {
+        let out = Command::new("systemd-analyze")
+            .args(["verify", PACKAGE_UNIT])
+            .env("SYSTEMD_LOG_COLOR", "0")
+            .output()
+            .unwrap();
+        let messages = output_text(&out);
+        let about_unit: Vec<&str> = messages.lines().filter(|l| l.contains("steerdns")).collect();
+        assert!(out.status.success() && about_unit.is_empty(), "{PACKAGE_UNIT}:\n{messages}");
+    }
+
+    // The installed binary loads the installed example as the service's user would, and its
+    // help is the one the package ships.
+    let checked = run("runuser", &["-u", "steerdns", "--", exec[0], "check", "-c", config]);
+    assert!(checked.starts_with("ok: "), "{checked}");
+    let help = run(exec[0], &["--help"]);
+    assert_eq!(help, read(Path::new("/usr/share/doc/steerdns/steerdns.help")));
+    assert_eq!(
+        help,
+        read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/steerdns.help")),
+        "packaging/steerdns.help is stale: steerdns --help > packaging/steerdns.help"
+    );
+
+    // What the service writes (a state_file) goes with the purge, as does the rest.
+    run("runuser", &["-u", "steerdns", "--", "touch", "/var/lib/steerdns/overrides.json"]);
+    run("dpkg", &["--purge", "steerdns"]);
+    std::mem::forget(installed);
+    for gone in ["/usr/bin/steerdns", PACKAGE_UNIT, "/etc/steerdns", "/var/lib/steerdns"] {
+        assert!(!Path::new(gone).exists(), "{gone} is left after dpkg --purge");
+    }
+    let status = Command::new("dpkg").args(["-s", "steerdns"]).output().unwrap();
+    assert!(!status.status.success(), "still known to dpkg:\n{}", output_text(&status));
 }
