@@ -175,6 +175,7 @@ fn the_tokenizer_finds_metric_names_only() {
         ),
         ("changes((max by (p) (s{status=\"online\"}) or max by (p) (s) * 0)[30m:1m]) >= 4", &["s"]),
         ("count_values by (job) (\"revision\", r) > Inf", &["r"]),
+        ("sum without (instance) (a) / ignoring(x) count(b)", &["a", "b"]),
         ("topk(10, ns:rule:rate5m) # a comment naming not_a_metric", &["ns:rule:rate5m"]),
         ("label_replace(m, \"dst\", \"$1\", \"src\", \"(.*)\")", &["m"]),
     ];
@@ -438,6 +439,8 @@ fn the_debian_package_installs_checks_and_purges() {
     for file in ["/etc/steerdns/steerdns.yaml", "/etc/steerdns/profiles/failover.yaml"] {
         assert!(conffiles.contains(&format!(" {file} ")), "{file} is no conffile:\n{conffiles}");
     }
+    let depends = run("dpkg-query", &["-W", "-f=${Depends}", "steerdns"]);
+    assert!(depends.contains("libc6"), "Depends has no shared libraries: {depends}");
     let user = run("getent", &["passwd", "steerdns"]);
     let fields: Vec<&str> = user.trim().split(':').collect();
     assert_eq!(fields[6], "/usr/sbin/nologin", "{user}");
