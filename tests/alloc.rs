@@ -494,7 +494,7 @@ fn signatures_made_on_the_query_path_allocate_nothing() {
     let mut snap = example().snapshot;
     let big = steerdns::wire::name::WireName::parse("big.tm.example.test.").unwrap();
     let node = steerdns::model::zone::Node { rrsets: vec![big_txt()], profile: None };
-    snap.zones[0].nodes.insert(big, node);
+    std::sync::Arc::make_mut(&mut snap.zones[0].nodes).insert(big, node);
     let keys = vec![zone_key(dnssec::FLAGS_KSK, 1), zone_key(dnssec::FLAGS_ZSK, 2)];
     let validity = 86_400;
     for zone in &mut snap.zones {

@@ -317,6 +317,8 @@ impl Snapshot {
             dnstap: self.dnstap.clone(),
             cluster: self.cluster.clone(),
             probe_source: self.probe_source,
+            sign_counts: self.sign_counts.clone(),
+            rum: self.rum.clone(),
         }
     }
 }
