@@ -15,8 +15,8 @@ use steerdns::model::events::Events;
 use steerdns::probe::Prober;
 use steerdns::server::control::Control;
 use steerdns::server::dnstap::QueryLog;
-use steerdns::server::reloader::{Reloader, Trigger};
 use steerdns::server::overrides::Change;
+use steerdns::server::reloader::{Reloader, Trigger};
 use steerdns::wire::name::WireName;
 use tokio_util::sync::CancellationToken;
 
