@@ -89,10 +89,25 @@ fn response_validator(doc: &Value, method: &str, path: &str, status: u16) -> jso
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_answers_match_the_response_schemas() {
-    let h = Harness::with_admin(DEFAULT_PROFILES, Some(TOKEN)).await;
+    let probed = probed_profile("probed", closed_port());
+    let mut profiles = DEFAULT_PROFILES.to_vec();
+    profiles.push(("probed.yaml", probed.as_str()));
+    let h = Harness::with_admin(&profiles, Some(TOKEN)).await;
     let doc = served_description(&h).await;
     let addr = h.admin();
     let auth = format!("Bearer {TOKEN}");
+    // Bounded wait for the probed endpoint's first status change (its port is closed).
+    let mut changed = false;
+    for _ in 0..100 {
+        let p = http_get(addr, "/api/v1/profiles/probed", Some(TOKEN)).await.json();
+        if !p["endpoints"][0]["last_change"].is_null() && !p["endpoints"][0]["last_probe"].is_null()
+        {
+            changed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(changed, "the probed endpoint never showed a probe and a status change");
     // A drain and a weight first, so that the lists show overrides and events.
     let with_token = [("Authorization", auth.as_str())];
     let drained = http(addr, "POST", "/api/v1/profiles/api/endpoints/site-a/drain", &with_token);
@@ -114,6 +129,7 @@ async fn real_answers_match_the_response_schemas() {
         ("GET", "/api/v1/profiles", "/api/v1/profiles", false, 401),
         ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/api", true, 200),
         ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/www", true, 200),
+        ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/probed", true, 200),
         ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/nothere", true, 404),
         ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/a..b", true, 400),
         ("GET", "/api/v1/stats", "/api/v1/stats", true, 200),
@@ -173,21 +189,35 @@ routing: weighted
 endpoints:
   - { name: eu-1, target: 192.0.2.1, weight: 2, always_serve: true }
   - { name: us-1, target: 198.51.100.1, weight: 1, always_serve: true }
----
-name: smtp
-routing: weighted
-endpoints:
-  - { name: eu-1, target: 192.0.2.25, weight: 1, always_serve: true }
-  - { name: us-1, target: \"2001:db8::25\", weight: 1 }
 ",
 )];
+
+/// A loopback port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// A weighted profile `name` whose endpoint `eu-1` is probed over TCP at 127.0.0.1:`port`
+/// every second, so that it has a last probe and a last status change to show.
+fn probed_profile(name: &str, port: u16) -> String {
+    format!(
+        "name: {name}\nrouting: weighted\n\
+         monitor: {{ protocol: tcp, port: {port}, interval: 1s, timeout: 300ms, tolerated_failures: 0 }}\n\
+         endpoints:\n\
+         \x20 - {{ name: eu-1, target: 127.0.0.1, weight: 1 }}\n\
+         \x20 - {{ name: us-1, target: 192.0.2.25, weight: 1, always_serve: true }}\n"
+    )
+}
 
 /// Schemathesis (`st`) against a running server with profiles, endpoints and a write
 /// token: every check it has, on every operation, the write ones included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_fault() {
     let Some(st) = require_any(&["st", "schemathesis"], "schemathesis (pip)") else { return };
-    let h = Harness::with_admin(EXAMPLE_PROFILES, Some(TOKEN)).await;
+    let probed = probed_profile("smtp", closed_port());
+    let profiles = [EXAMPLE_PROFILES[0], ("smtp.yaml", probed.as_str())];
+    let h = Harness::with_admin(&profiles, Some(TOKEN)).await;
     let base = format!("http://{}", h.admin());
     let reports = h.dir.path().join("schemathesis");
     let mut cmd = tokio::process::Command::new(st);
