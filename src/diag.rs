@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde_saphyr::{Location, Spanned};
 
+mod duplicate;
+mod layout;
+
 /// A position in a configuration file (1-based; 0 when unknown). 32 bits, as in
 /// serde-saphyr's own locations: every located raw value carries one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,15 +102,119 @@ impl Sink<'_> {
     }
 }
 
+/// Every error of a YAML text that failed to parse with `e`. A layout mistake (see
+/// `layout`) makes the parser stumble somewhere after it, often with a message about
+/// something else, so when the text has any, they are the errors, each where it is;
+/// otherwise the parser's error stands, in plain words.
+/// `lines_before` is the number of lines of the file before `text` (a part of it).
+pub fn yaml_errors(
+    file: &Path,
+    text: &str,
+    lines_before: u32,
+    e: &serde_saphyr::Error,
+) -> Vec<ConfigError> {
+    let mistakes = layout::mistakes(text, lines_before);
+    if mistakes.is_empty() {
+        let mut error = from_yaml(file, e);
+        if let serde_saphyr::Error::DuplicateMappingKey { key: Some(key), .. } = e.without_snippet()
+            && let Some(first) = duplicate::first_of(text, key, error.pos)
+        {
+            let first = Pos { line: first.line + lines_before, ..first };
+            error.message =
+                format!("duplicate key `{key}` (first at {}:{})", first.line, first.col);
+        }
+        if error.pos.line > 0 {
+            error.pos.line += lines_before;
+        }
+        return vec![error];
+    }
+    let at = |(pos, message)| ConfigError { file: file.to_path_buf(), pos, message };
+    mistakes.into_iter().map(at).collect()
+}
+
 /// Turns a YAML parse or type error into a located error.
 pub fn from_yaml(file: &Path, e: &serde_saphyr::Error) -> ConfigError {
     let pos = e.location().map(Pos::from).unwrap_or_default();
     ConfigError { file: file.to_path_buf(), pos, message: yaml_message(e) }
 }
 
+/// The message of a YAML parse or type error, in the words of a YAML file rather than of
+/// the libraries reading it (no Rust types, no deserializer options).
+fn yaml_message(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error as E;
+    match e.without_snippet() {
+        E::DuplicateMappingKey { key: Some(key), .. } => format!("duplicate key `{key}`"),
+        E::DuplicateMappingKey { key: None, .. } => "duplicate key".to_string(),
+        E::SerdeInvalidType { unexpected, expected, .. }
+        | E::SerdeInvalidValue { unexpected, expected, .. } => {
+            format!("expected {}, got {}", plain_expected(expected), plain_unexpected(unexpected))
+        }
+        E::Unexpected { expected, .. } => format!("expected {}", plain_expected(expected)),
+        E::NullIntoString { .. } => "a value is needed here, not an empty value or null".into(),
+        E::InvalidBooleanStrict { .. } => "expected true or false".to_string(),
+        E::InvalidScalar { ty: "boolean", .. } => "expected true or false".to_string(),
+        E::Eof { .. } => "unexpected end of file".to_string(),
+        E::Budget { .. } => "the document is too large or too deeply nested".to_string(),
+        _ => plain_text(&rendered(e)),
+    }
+}
+
+/// What a value should have been, as a YAML file shows it.
+fn plain_expected(expected: &str) -> String {
+    let plain = match expected {
+        "mapping start" | "a map" | "map" => "a mapping (`key: value` lines, or `{ key: value }`)",
+        "sequence start" | "a sequence" | "sequence" => "a list (`- item` lines, or `[a, b]`)",
+        "string scalar" | "a string" => "a string",
+        "a boolean" => "true or false",
+        e if e.starts_with("struct ") => "a mapping (`key: value` lines, or `{ key: value }`)",
+        e if e.starts_with("a sequence") => "a list (`- item` lines, or `[a, b]`)",
+        e => e,
+    };
+    plain.to_string()
+}
+
+/// What a value was, from serde's description of it.
+fn plain_unexpected(unexpected: &str) -> String {
+    match unexpected {
+        "sequence" => "a list".to_string(),
+        "map" => "a mapping".to_string(),
+        "unit value" => "an empty value".to_string(),
+        u => u.replace("string ", "").replace("integer `", "`").replace("boolean `", "`"),
+    }
+}
+
+/// Parser messages (libyaml's wording, which granit-parser keeps) said plainly.
+fn plain_text(msg: &str) -> String {
+    const PLAIN: &[(&str, &str)] = &[
+        (
+            "mapping values are not allowed in this context",
+            "a `key: value` cannot start here; check this line's indentation against the line before",
+        ),
+        (
+            "did not find expected '-' indicator",
+            "expected a list item (`- `) at this indentation, as the lines above",
+        ),
+        ("did not find expected key", "expected a `key:` at this indentation, as the lines above"),
+        (
+            "tabs disallowed within this context",
+            "a tab in the indentation; YAML indents with spaces only",
+        ),
+        (
+            "data did not match any variant of untagged enum StatusSpec",
+            "expected a status code (`200`) or a range of them (`200-299`)",
+        ),
+    ];
+    let msg = msg.strip_prefix("while parsing a block mapping, ").unwrap_or(msg);
+    let msg = msg.strip_prefix("while parsing a block collection, ").unwrap_or(msg);
+    match PLAIN.iter().find(|(theirs, _)| msg.starts_with(theirs)) {
+        Some((_, ours)) => ours.to_string(),
+        None => msg.to_string(),
+    }
+}
+
 /// serde-saphyr's Display adds "error: line X column Y:" and a source snippet; keep only
 /// the message, since FILE:LINE:COL already says where.
-fn yaml_message(e: &serde_saphyr::Error) -> String {
+fn rendered(e: &serde_saphyr::Error) -> String {
     let full = e.to_string();
     let mut msg = full.lines().next().unwrap_or("invalid YAML").trim();
     msg = msg.strip_prefix("error:").unwrap_or(msg).trim_start();

@@ -1,6 +1,8 @@
-//! The admin HTTP API over real HTTP/1.1 on loopback: `/healthz`, the bearer token,
-//! `/metrics` parsed as Prometheus text, `/api/v1/profiles`, `/api/v1/explain` (one case
-//! per routing method family), reload, errors.
+//! The admin HTTP API over real HTTP/1.1 on loopback: `/healthz`, the bearer token and its
+//! role, `/metrics` parsed as Prometheus text, `/api/v1/profiles` (failover too),
+//! `/api/v1/explain` (one case per routing method family), reload and the last reload's
+//! result, events kept across a restart, errors, and HTTPS with a rustls client (a renewed
+//! certificate served without a restart).
 
 mod common;
 
@@ -8,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const TOKEN: &str = "s3cret-t0ken-for-tests";
 const WWW: &str = "www.tm.example.test.";
@@ -588,5 +590,370 @@ async fn explain_bad_requests_are_400_with_a_json_error() {
         let e = assert_json_error(&r, 400, what);
         println!("{what}: {e}");
     }
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Token roles
+// ---------------------------------------------------------------------------------------
+
+const READER: &str = "r3ader-t0ken-for-tests";
+const WRITER: &str = "wr1ter-t0ken-for-tests";
+
+/// A server with the admin API, a read token `grafana`, a token `alice` without a role
+/// (so `write`), and `keys` added to `steerdns.yaml`.
+async fn with_roles(keys: &str) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    std::fs::write(dir.path().join("reader.token"), format!("{READER}\n")).unwrap();
+    std::fs::write(dir.path().join("writer.token"), format!("{WRITER}\n")).unwrap();
+    let yaml = format!(
+        "{}admin:\n  tokens:\n    - {{ name: grafana, file: reader.token, role: read }}\n    \
+         - {{ name: alice, file: writer.token }}\n{keys}",
+        with_admin(&steerdns_yaml(), None)
+    );
+    std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+    Harness::in_dir(dir).await
+}
+
+/// Every call that changes state: (method, path, body).
+const WRITES: &[(&str, &str, &str)] = &[
+    ("POST", "/api/v1/profiles/api/endpoints/site-a/drain", ""),
+    ("POST", "/api/v1/profiles/api/endpoints/site-a/undrain", ""),
+    ("PUT", "/api/v1/profiles/api/endpoints/site-a/weight", "{\"weight\": 7}"),
+    ("DELETE", "/api/v1/profiles/api/endpoints/site-a/weight", ""),
+    ("POST", "/api/v1/reload", ""),
+];
+
+async fn call_with(addr: SocketAddr, method: &str, path: &str, token: &str, body: &str) -> Http {
+    let auth = format!("Bearer {token}");
+    http_with_body(addr, method, path, &[("Authorization", &auth)], body.as_bytes()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_token_reads_everything_and_changes_nothing() {
+    let h = with_roles("").await;
+    let a = h.admin();
+    let reads = [
+        "/metrics",
+        "/api/v1/profiles",
+        "/api/v1/profiles?limit=5",
+        "/api/v1/profiles/api",
+        "/api/v1/stats",
+        "/api/v1/events",
+        "/api/v1/explain?name=www&type=A&client=192.0.2.1",
+        "/api/v1/cluster",
+        "/api/v1/reload",
+        "/api/v1/whoami",
+    ];
+    for path in reads {
+        let r = call_with(a, "GET", path, READER, "").await;
+        assert_eq!(r.status, 200, "GET {path} with the read token: {}", r.text());
+    }
+    let before = get_json(a, "/api/v1/profiles/api", WRITER).await;
+    for &(method, path, body) in WRITES {
+        let r = call_with(a, method, path, READER, body).await;
+        let e = assert_json_error(&r, 403, &format!("{method} {path} with the read token"));
+        assert_eq!(
+            e,
+            format!(
+                "the token \"grafana\" is read-only: {method} {path} changes state and needs a write token"
+            )
+        );
+    }
+    assert_eq!(get_json(a, "/api/v1/profiles/api", READER).await, before, "nothing changed");
+    assert_eq!(get_json(a, "/api/v1/events", READER).await["events"], json!([]));
+    let me = get_json(a, "/api/v1/whoami", READER).await;
+    assert_eq!(me, json!({ "name": "grafana", "role": "read" }));
+    let me = get_json(a, "/api/v1/whoami", WRITER).await;
+    assert_eq!(me, json!({ "name": "alice", "role": "write" }));
+    // A token without a role writes, as before roles existed; its changes are its own.
+    for &(method, path, body) in WRITES {
+        let r = call_with(a, method, path, WRITER, body).await;
+        assert_eq!(r.status, 200, "{method} {path} with the write token: {}", r.text());
+    }
+    let events = get_json(a, "/api/v1/events", READER).await;
+    let by: Vec<&str> =
+        events["events"].as_array().unwrap().iter().map(|e| e["by"].as_str().unwrap()).collect();
+    assert_eq!(by, ["alice"; 4], "{events}");
+    // A wrong token is still 401, for reads and writes alike.
+    assert_eq!(call_with(a, "GET", "/api/v1/profiles", "nope", "").await.status, 401);
+    assert_eq!(call_with(a, "POST", "/api/v1/reload", "nope", "").await.status, 401);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_role_other_than_read_or_write_is_a_located_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    std::fs::write(dir.path().join("t.token"), "x-token\n").unwrap();
+    let yaml = with_admin(&steerdns_yaml(), None);
+    let lines = yaml.lines().count();
+    let yaml =
+        format!("{yaml}admin:\n  tokens:\n    - {{ name: bob, file: t.token, role: owner }}\n");
+    let config = dir.path().join("steerdns.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let errors = match steerdns::config::load(&config, None) {
+        Ok(_) => panic!("a role of owner was accepted"),
+        Err(e) => e.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    };
+    let want = format!(
+        "{}:{}:41: token role \"owner\" must be read or write",
+        config.display(),
+        lines + 3
+    );
+    assert_eq!(errors, [want]);
+}
+
+async fn get_json(addr: SocketAddr, path: &str, token: &str) -> Value {
+    let r = call_with(addr, "GET", path, token, "").await;
+    assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+    r.json()
+}
+
+// ---------------------------------------------------------------------------------------
+// The last reload, failover, events across a restart
+// ---------------------------------------------------------------------------------------
+
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_reload_says_how_it_ended_whatever_triggered_it() {
+    let h = Harness::with_admin(DEFAULT_PROFILES, None).await;
+    let a = h.admin();
+    let last = async || http_get(a, "/api/v1/reload", None).await.json();
+    let first = last().await;
+    assert_eq!(
+        (&first["trigger"], &first["ok"], &first["generation"], &first["errors"]),
+        (&json!("startup"), &json!(true), &json!(1), &json!([])),
+        "{first}"
+    );
+    assert!(first["time"].as_str().unwrap().ends_with('Z'), "{first}");
+
+    // The file watcher's reload is refused: the API says so, with the located error.
+    let broken = h.profile_path("broken.yaml");
+    std::fs::write(&broken, "name: broken\nrouting: sideways\nendpoints: []\n").unwrap();
+    eventually(PATIENCE, "the refused file change", async || last().await["ok"] == false).await;
+    let refused = last().await;
+    assert_eq!((&refused["trigger"], &refused["generation"]), (&json!("file change"), &json!(1)));
+    let errors: Vec<&str> =
+        refused["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    let at = format!("{}:2:10: ", broken.display());
+    assert!(errors.len() == 1 && errors[0].starts_with(&at), "{refused}");
+
+    let r = http_post(a, "/api/v1/reload", None).await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    let again = last().await;
+    assert_eq!((&again["trigger"], &again["ok"]), (&json!("admin API"), &json!(false)));
+    assert_eq!(again["errors"], refused["errors"]);
+
+    std::fs::remove_file(&broken).unwrap();
+    eventually(PATIENCE, "the next reload applied", async || last().await["ok"] == true).await;
+    let fixed = last().await;
+    assert_eq!(
+        (&fixed["trigger"], &fixed["generation"], &fixed["errors"]),
+        (&json!("file change"), &json!(2), &json!([])),
+        "{fixed}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_answering_from_its_backup_says_failover() {
+    let backend = HttpBackend::start("127.0.0.1").await;
+    let failover = format!(
+        "name: fo\nrouting: priority\n\
+         monitor: {{ port: {}, interval: 1s, timeout: 300ms, tolerated_failures: 0 }}\n\
+         endpoints:\n\
+         \x20 - {{ name: primary, target: 127.0.0.1 }}\n\
+         \x20 - {{ name: backup, target: 192.0.2.99, always_serve: true }}\n",
+        backend.addr.port()
+    );
+    let mut files = DEFAULT_PROFILES.to_vec();
+    files.push(("fo.yaml", &failover));
+    let h = Harness::with_admin(&files, None).await;
+    let a = h.admin();
+    let shown = async |name: &str| {
+        let list = http_get(a, "/api/v1/profiles", None).await.json();
+        let p = list["profiles"].as_array().unwrap().iter().find(|p| p["name"] == fq(name));
+        p.unwrap_or_else(|| panic!("{name} missing: {list}")).clone()
+    };
+    eventually(PATIENCE, "the primary online", async || {
+        shown("fo").await["endpoints"]["online"] == 1
+    })
+    .await;
+    assert_eq!(shown("fo").await["failover"], Value::Null);
+    backend.stop().await;
+    eventually(PATIENCE, "the failover", async || !shown("fo").await["failover"].is_null()).await;
+    let fo = shown("fo").await;
+    assert_eq!(fo["failover"], json!({ "preferred": ["primary"], "serving": ["backup"] }));
+    assert_eq!(fo["status"], "online", "the profile still answers: {fo}");
+    // prio2's first endpoint is disabled in the configuration: its second is preferred.
+    for healthy in ["www", "prio2", "api"] {
+        assert_eq!(shown(healthy).await["failover"], Value::Null, "{healthy}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_kept_in_the_state_file_across_a_restart() {
+    let mut h = Harness::with_admin_and_keys(DEFAULT_PROFILES, "state_file: state.json\n").await;
+    let a = h.admin();
+    let r = http_post(a, "/api/v1/profiles/api/endpoints/site-a/drain", None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let before = http_get(a, "/api/v1/events", None).await.json();
+    let drain = before["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((&drain["kind"], &drain["endpoint"]), (&json!("drain"), &json!("site-a")));
+    let state = h.dir.path().join("state.json");
+    eventually(PATIENCE, "the event in the state file", async || {
+        std::fs::read_to_string(&state).is_ok_and(|t| t.contains("\"kind\": \"drain\""))
+    })
+    .await;
+
+    h.server.take().unwrap().shutdown().await;
+    let h = Harness::in_dir(h.dir).await;
+    let a = h.admin();
+    let after = http_get(a, "/api/v1/events", None).await.json();
+    assert_eq!(after["events"], before["events"], "the same events, numbered as they were");
+    assert_eq!(after["next"], before["next"]);
+    let r = http_post(a, "/api/v1/profiles/api/endpoints/site-a/undrain", None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let next = before["next"].as_u64().unwrap();
+    let newer = http_get(a, &format!("/api/v1/events?since={next}"), None).await.json();
+    let list = newer["events"].as_array().unwrap();
+    assert_eq!(
+        (list.len(), &list[0]["kind"], &list[0]["seq"]),
+        (1, &json!("undrain"), &json!(next + 1))
+    );
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTPS
+// ---------------------------------------------------------------------------------------
+
+/// A self-signed certificate for 127.0.0.1 and localhost: (certificate DER, cert PEM, key PEM).
+fn self_signed(cn: &str) -> (Vec<u8>, String, String) {
+    let mut params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.der().to_vec(), cert.pem(), key.serialize_pem())
+}
+
+/// One HTTPS exchange trusting only `roots`: the certificate the server presented and the
+/// response; `None` when the handshake fails.
+async fn https(
+    addr: SocketAddr,
+    roots: &[&[u8]],
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Option<(Vec<u8>, Http)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut store = rustls::RootCertStore::empty();
+    for r in roots {
+        store.add(rustls::pki_types::CertificateDer::from(r.to_vec())).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let mut tls = connector.connect(name, tcp).await.ok()?;
+    let presented = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let req =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    // A TLS close without close_notify is an error after the whole response was read.
+    let _ = tls.read_to_end(&mut raw).await;
+    Some((presented, parse_http(&raw).unwrap_or_else(|e| panic!("{path}: {e}"))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_and_page_are_served_over_https_and_a_renewed_certificate_is_used() {
+    let (der_a, cert_a, key_a) = self_signed("first");
+    let (der_b, cert_b, key_b) = self_signed("renewed");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("admin.pem"), &cert_a).unwrap();
+    std::fs::write(dir.path().join("admin.key"), &key_a).unwrap();
+    let keys = "  tls: { cert: admin.pem, key: admin.key }\n";
+    let h = {
+        write_config(dir.path(), DEFAULT_PROFILES);
+        std::fs::write(dir.path().join("reader.token"), format!("{READER}\n")).unwrap();
+        let yaml = format!(
+            "{}admin:\n  tokens:\n    - {{ name: grafana, file: reader.token, role: read }}\n{keys}",
+            with_admin(&steerdns_yaml(), None)
+        );
+        std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+        Harness::in_dir(dir).await
+    };
+    let a = h.admin();
+    let both: [&[u8]; 2] = [&der_a, &der_b];
+
+    let (presented, r) = https(a, &both, "GET", "/healthz", None).await.expect("handshake");
+    assert_eq!((presented.as_slice(), r.status, r.text().as_str()), (der_a.as_slice(), 200, "ok"));
+    let (_, page) = https(a, &both, "GET", "/", None).await.unwrap();
+    assert!(page.text().contains(r#"<script src="/ui/app.js""#), "{}", page.text());
+    let (_, list) = https(a, &both, "GET", "/api/v1/profiles?limit=1", Some(READER)).await.unwrap();
+    assert_eq!(list.status, 200, "{}", list.text());
+    assert_eq!(list.json()["profiles"].as_array().unwrap().len(), 1);
+    let (_, denied) = https(a, &both, "POST", "/api/v1/reload", Some(READER)).await.unwrap();
+    assert_eq!(denied.status, 403);
+    // A client that trusts only another certificate refuses it; plain HTTP gets no answer.
+    assert!(https(a, &[&der_b], "GET", "/healthz", None).await.is_none());
+    let plain = tokio::time::timeout(HTTP_WAIT, async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(a).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw).await;
+        raw
+    })
+    .await
+    .expect("plain HTTP is closed");
+    assert!(!plain.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&plain));
+
+    // Renewed: the next connections get the new certificate, without a restart.
+    let cert_path = h.dir.path().join("admin.pem");
+    let key_path = h.dir.path().join("admin.key");
+    std::fs::write(&key_path, &key_b).unwrap();
+    std::fs::write(&cert_path, &cert_b).unwrap();
+    eventually(PATIENCE, "the renewed certificate", async || {
+        https(a, &both, "GET", "/healthz", None).await.is_some_and(|(p, _)| p == der_b)
+    })
+    .await;
+    let (_, r) = https(a, &[&der_b], "GET", "/api/v1/profiles/www", Some(READER)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // A broken pair is not taken: the renewed one stays in use.
+    std::fs::write(&cert_path, "not a certificate\n").unwrap();
+    for _ in 0..3 {
+        let (p, r) = https(a, &both, "GET", "/healthz", None).await.expect("still served");
+        assert_eq!((p.as_slice(), r.status), (der_b.as_slice(), 200));
+    }
+
+    // A reload that turns TLS off applies the rest; HTTPS stays until a restart.
+    let config = h.dir.path().join("steerdns.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap().replace(keys, "");
+    std::fs::write(&config, yaml).unwrap();
+    let reloaded = async || {
+        let r = https(a, &both, "GET", "/api/v1/reload", Some(READER)).await;
+        r.is_some_and(|(_, r)| r.json()["generation"] == 2 && r.json()["ok"] == true)
+    };
+    eventually(PATIENCE, "the reload without admin.tls", reloaded).await;
+    assert_eq!(h.server().control().restart_needed(), ["admin.tls"]);
+    let (p, r) = https(a, &both, "GET", "/healthz", None).await.expect("still HTTPS");
+    assert_eq!((p.as_slice(), r.status), (der_b.as_slice(), 200));
     h.stop().await;
 }

@@ -2,6 +2,7 @@
 //! closed after the header-read timeout, connections beyond the cap are closed at once, an
 //! oversized body is 413, and an admin API reachable from other hosts needs a token (or
 //! `admin.allow_unauthenticated: true`) for `check` and `serve` to accept the configuration.
+//! With `admin.tls` a stalled handshake is bounded the same way.
 
 mod common;
 
@@ -204,4 +205,48 @@ async fn admin_limit_keys_are_checked() {
         assert_eq!(code, 1, "{keys}: {out}");
         assert!(out.contains(want), "{keys}: {out}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_a_stalled_handshake_is_closed_and_holds_a_slot_until_then() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(dir.path().join("admin.pem"), pair.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("admin.key"), pair.signing_key.serialize_pem()).unwrap();
+    let keys = "  header_read_timeout: 1s\n  max_connections: 2\n  \
+                tls: { cert: admin.pem, key: admin.key }\n";
+    let yaml = format!("{}admin:\n{keys}", with_admin(&steerdns_yaml(), None));
+    std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+    let h = Harness::in_dir(dir).await;
+    let addr = h.admin();
+    // Two connections that never send a ClientHello take both slots...
+    let mut stalled =
+        [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+    sleep(Duration::from_millis(200)).await;
+    // ...so a third is closed at once, before any handshake.
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_within(&mut third, Duration::from_secs(5)).await.is_some());
+    // The stalled ones are closed by the timeout, and their slots come back.
+    for s in &mut stalled {
+        assert!(closed_within(s, Duration::from_secs(10)).await.is_some(), "still open after 10s");
+    }
+    let mut hello = None;
+    for _ in 0..50 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        // Any bytes that are not TLS: a server with a free slot answers with an alert
+        // (or closes after reading them); one without closes before reading.
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        if let Ok(Ok(n)) = timeout(Duration::from_secs(5), s.read(&mut buf)).await
+            && n > 0
+        {
+            hello = Some(buf[0]);
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    // 0x15: a TLS alert record, the server's answer to bytes that are no ClientHello.
+    assert_eq!(hello, Some(0x15), "no TLS answer once the slots were free");
+    h.stop().await;
 }

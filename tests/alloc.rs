@@ -291,6 +291,188 @@ fn signed_answers_from_the_caches_allocate_nothing() {
     assert_eq!(allocs, 0, "{allocs} allocations in {} signed queries", 1000 * queries.len());
 }
 
+// ---- Profiles past every inline size -------------------------------------------------------
+// Routing keeps its candidate lists, group plans and region rankings in per-thread scratch
+// space, so a profile of any size answers without allocating once the space has grown.
+
+/// How many of each thing the large profiles hold: past any small inline size.
+const MANY_ENDPOINTS: usize = 40;
+const MANY_GROUPS: usize = 10;
+const GROUP_ENDPOINTS: usize = 30;
+const MANY_REGIONS: usize = 40;
+
+/// A latency table of `MANY_REGIONS` regions with rows listing every one of them.
+fn many_regions_table() -> String {
+    let mut t = String::from("regions:\n");
+    for r in 0..MANY_REGIONS {
+        let (lat, lon) = (-80.0 + 4.0 * r as f64, -170.0 + 8.5 * r as f64);
+        t += &format!("  r{r:02}: {{ lat: {lat}, lon: {lon} }}\n");
+    }
+    t += "rtt:\n";
+    for (from, base) in [("\"198.51.100.0/24\"", 5), ("FR", 40), ("WORLD", 90)] {
+        let to: Vec<String> =
+            (0..MANY_REGIONS).map(|r| format!("r{r:02}: {}", base + (r * 7) % 50)).collect();
+        t += &format!("  - from: {from}\n    to: {{ {} }}\n", to.join(", "));
+    }
+    t
+}
+
+/// One endpoint line; `extra` holds the method's keys.
+fn endpoint(name: &str, target: &str, extra: &str) -> String {
+    format!("  - {{ name: {name}, target: \"{target}\", always_serve: true{extra} }}\n")
+}
+
+/// Profiles of every routing method, each past the inline sizes.
+fn many_profiles() -> String {
+    let n = MANY_ENDPOINTS;
+    let v4 = |i: usize| format!("192.0.2.{}", i + 1);
+    let mut docs = Vec::new();
+    for (name, routing, sticky) in [
+        ("many-weighted", "weighted", false),
+        ("many-sticky", "weighted", true),
+        ("many-priority", "priority", false),
+    ] {
+        let mut d = format!("name: {name}\nrouting: {routing}\nsticky: {sticky}\nendpoints:\n");
+        if routing == "priority" {
+            d = d.replace("sticky: false\n", "");
+        }
+        for i in 0..n {
+            let w =
+                if routing == "weighted" { format!(", weight: {}", 1 + i % 5) } else { "".into() };
+            d += &endpoint(&format!("e{i}"), &v4(i), &w);
+        }
+        docs.push(d);
+    }
+    let mut d = "name: many-multi\nrouting: multivalue\nmax_return: 10\nendpoints:\n".to_string();
+    for i in 0..n {
+        d += &endpoint(&format!("e{i}"), &v4(i), "");
+        d += &endpoint(&format!("x{i}"), &format!("2001:db8::{:x}", i + 1), "");
+    }
+    docs.push(d);
+    // Half the endpoints in the nearest region of the measured clients, so one region holds
+    // more than any inline size.
+    let mut d = "name: many-fast\nrouting: performance\nendpoints:\n".to_string();
+    for i in 0..n {
+        let region = if i < n / 2 { 0 } else { i % MANY_REGIONS };
+        d += &endpoint(&format!("e{i}"), &v4(i), &format!(", location: r{region:02}"));
+    }
+    docs.push(d);
+    let mut d = "name: many-zone\nrouting: zone\nsafety_threshold: 10\nendpoints:\n".to_string();
+    for i in 0..n {
+        let zone = if i < 3 * n / 4 { "zone-a" } else { "zone-b" };
+        d += &endpoint(&format!("e{i}"), &v4(i), &format!(", zone: {zone}"));
+    }
+    docs.push(d);
+    let mut d = "name: many-geo\nrouting: geographic\nendpoints:\n".to_string();
+    for (i, code) in ["FR", "US-CA", "CN", "GEO-EU", "GEO-NA", "GEO-AS", "WORLD"].iter().enumerate()
+    {
+        d += &endpoint(&format!("e{i}"), &v4(i), &format!(", geo: [{code}]"));
+    }
+    docs.push(d);
+    let mut d = "name: many-groups\nrouting: groups\nsticky: false\ngroups:\n".to_string();
+    for g in 0..MANY_GROUPS {
+        let size = if g == 0 { GROUP_ENDPOINTS } else { 3 };
+        d += &format!(
+            "  - name: g{g}\n    location: r{g:02}\n    traffic_dial: 10\n    endpoints:\n"
+        );
+        for i in 0..size {
+            let ep =
+                endpoint(&format!("g{g}-{i}"), &format!("198.51.100.{}", g * 20 + i % 20 + 1), "");
+            d += &format!("    {ep}");
+        }
+    }
+    docs.push(d);
+    // Nested: a weighted parent of the large profiles (they all answer A).
+    let mut d = "name: many-nested\nrouting: weighted\nendpoints:\n".to_string();
+    for (i, child) in ["many-weighted", "many-sticky", "many-multi", "many-fast", "many-groups"]
+        .iter()
+        .cycle()
+        .take(20)
+        .enumerate()
+    {
+        d += &format!("  - {{ name: n{i}, profile: {child}.tm.example.test. }}\n");
+    }
+    docs.push(d);
+    docs.join("---\n")
+}
+
+/// The example configuration with its profiles replaced by `many_profiles` and its latency
+/// table by one of `MANY_REGIONS` regions.
+fn many_config(dir: &Path) -> Snapshot {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("steerdns.yaml")).unwrap();
+    let yaml = example
+        .replace(
+            "geo-data/sample-city.mmdb",
+            &root.join("geo-data/sample-city.mmdb").display().to_string(),
+        )
+        .replace("geo-data/latency.yaml", "latency.yaml")
+        .replace(
+            "zones/tm.example.test.zone",
+            &root.join("zones/tm.example.test.zone").display().to_string(),
+        );
+    std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
+    std::fs::write(dir.join("latency.yaml"), many_regions_table()).unwrap();
+    std::fs::create_dir(dir.join("profiles")).unwrap();
+    std::fs::write(dir.join("profiles/many.yaml"), many_profiles()).unwrap();
+    steerdns::config::load(&dir.join("steerdns.yaml"), None).unwrap().snapshot
+}
+
+#[test]
+fn profiles_past_every_inline_size_allocate_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let snap = many_config(dir.path());
+    let clients =
+        ["198.51.100.0/24", "192.0.2.0/24", "192.0.2.128/25", "10.1.0.0/16", "203.0.113.0/24"];
+    let names = [
+        "many-weighted",
+        "many-sticky",
+        "many-priority",
+        "many-multi",
+        "many-fast",
+        "many-zone",
+        "many-geo",
+        "many-groups",
+        "many-nested",
+    ];
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut out = Vec::with_capacity(1500);
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut per_profile = Vec::new();
+    for name in names {
+        let fqdn = format!("{name}.tm.example.test.");
+        let mut qs: Vec<Vec<u8>> = Vec::new();
+        for c in clients {
+            qs.push(query(&fqdn, RecordType::A, Some(c)));
+            qs.push(query(&fqdn, RecordType::AAAA, Some(c)));
+        }
+        let mut ask = |q: &[u8]| {
+            let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
+            respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+        };
+        // Warm up: the scratch space and the output buffer reach their working sizes.
+        for _ in 0..10 {
+            for q in &qs {
+                assert!(ask(q), "{name} is answered");
+            }
+        }
+        let before = ALLOCS.load(Ordering::Relaxed);
+        let rounds = 200;
+        for _ in 0..rounds {
+            for q in &qs {
+                ask(q);
+            }
+        }
+        let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+        let per_query = allocs as f64 / (rounds * qs.len()) as f64;
+        eprintln!("{name}: {per_query:.2} allocations per query");
+        per_profile.push((name, per_query));
+    }
+    let allocating: Vec<_> = per_profile.iter().filter(|(_, n)| *n > 0.0).collect();
+    assert!(allocating.is_empty(), "allocations per query: {allocating:?}");
+}
+
 // DNSSEC: signatures made on the query path.
 
 /// A TXT RRset larger than the signing scratch space starts with (64 records, 4 KiB):
@@ -312,7 +494,7 @@ fn signatures_made_on_the_query_path_allocate_nothing() {
     let mut snap = example().snapshot;
     let big = steerdns::wire::name::WireName::parse("big.tm.example.test.").unwrap();
     let node = steerdns::model::zone::Node { rrsets: vec![big_txt()], profile: None };
-    snap.zones[0].nodes.insert(big, node);
+    std::sync::Arc::make_mut(&mut snap.zones[0].nodes).insert(big, node);
     let keys = vec![zone_key(dnssec::FLAGS_KSK, 1), zone_key(dnssec::FLAGS_ZSK, 2)];
     let validity = 86_400;
     for zone in &mut snap.zones {

@@ -82,6 +82,137 @@ fn one_error_per_case_with_location() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// The YAML mistakes a new operator makes, starting from the shipped examples: each is
+/// named where it is, in the words of the file (no library or Rust type names), and the
+/// other documents of the file still report their own errors.
+#[test]
+fn yaml_mistakes_are_named_plainly_where_they_are() {
+    let group =
+        "name: accel\nrouting: groups\ngroups:\n  - name: beijing\n    location: cn-beijing\n";
+    let ep = "  - { name: a, target: 192.0.2.1 }\n";
+    let cases: Vec<(String, &[&str])> = vec![
+        (
+            format!("{group}  traffic_dial: 50\n    endpoints:\n      - {{ name: b, target: 192.0.2.9 }}\n"),
+            &["p.yaml:6:3: `traffic_dial:` is indented 2 spaces but its siblings at line 4 are at 4"],
+        ),
+        (
+            format!("{group}    traffic_dial: 50\n  endpoints:\n      - {{ name: b, target: 192.0.2.9 }}\n"),
+            &["p.yaml:7:3: `endpoints:` is indented 2 spaces but its siblings at line 4 are at 4"],
+        ),
+        (
+            format!("{group}    traffic_dial: 50\n   endpoints:\n      - {{ name: b, target: 192.0.2.9 }}\n"),
+            &["p.yaml:7:4: `endpoints:` is indented 3 spaces, which matches no enclosing level: \
+               its siblings at line 4 are at 4, the list at line 4 at 2"],
+        ),
+        (
+            format!("name: www\nrouting: priority\nttl: 30\n  monitor:\n    port: 80\nendpoints:\n{ep}"),
+            &["p.yaml:4:3: `ttl: 30` (line 3) then an indented `monitor:` — a key cannot be nested \
+               under a scalar value; did you mean to dedent it?"],
+        ),
+        (
+            format!("name:www\nrouting: priority\nendpoints:\n{ep}"),
+            &["p.yaml:1:1: `name:www` needs a space after the colon (`name: www`)"],
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  -name: a\n   target: 192.0.2.1\n".into(),
+            &["p.yaml:4:3: `-name: a` needs a space after the dash to be a list item (`- name: a`)"],
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n\t- { name: a, target: 192.0.2.1 }\n".into(),
+            &["p.yaml:4:1: indented with a tab; YAML indents with spaces only"],
+        ),
+        (
+            format!("name: www\nrouting priority\nendpoints:\n{ep}"),
+            &["p.yaml:2:1: `routing priority` is not a `key: value` like the lines around it; \
+               is a colon missing (`routing: priority`)?"],
+        ),
+        (
+            format!("name: www\nrouting: priority\nname: web\nendpoints:\n{ep}"),
+            &["p.yaml:3:1: duplicate key `name` (first at 1:1)"],
+        ),
+        // In a flow mapping the parser finds it; both places are named.
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, name: b, target: 192.0.2.1 }\n".into(),
+            &["p.yaml:4:16: duplicate key `name` (first at 4:7)"],
+        ),
+        // Type errors: what was expected, as YAML writes it.
+        (
+            format!("name: www\nrouting: priority\nttl: [30]\nendpoints:\n{ep}"),
+            &["p.yaml:3:1: expected an integer, got a list"],
+        ),
+        (
+            format!("name: www\nrouting: priority\nmonitor: 5\nendpoints:\n{ep}"),
+            &["p.yaml:3:10: expected a mapping (`key: value` lines, or `{ key: value }`)"],
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints: 3\n".into(),
+            &["p.yaml:3:12: expected a list (`- item` lines, or `[a, b]`)"],
+        ),
+        (
+            format!("name:\nrouting: priority\nendpoints:\n{ep}"),
+            &["p.yaml:1:5: a value is needed here, not an empty value or null"],
+        ),
+        (
+            format!("name: www\nrouting: priority\nenabled: maybe\nendpoints:\n{ep}"),
+            &["p.yaml:3:10: expected true or false"],
+        ),
+        (
+            format!("name: www\nrouting: priority\nmonitor: {{ expected_status: [[200]] }}\nendpoints:\n{ep}"),
+            &["p.yaml:3:30: expected a status code (`200`) or a range of them (`200-299`)"],
+        ),
+        // Positions count from the file's start, in a later document too.
+        (
+            format!("name: a\nrouting: priority\nendpoints: []\n---\nname: b\nrouting: priority\nttl: [1]\nendpoints:\n{ep}"),
+            &["p.yaml:7:1: expected an integer, got a list"],
+        ),
+        (
+            "name: a\nrouting: priority\nendpoints: []\n---\nname: b\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, name: c }\n".into(),
+            &["p.yaml:8:35: duplicate key `name` (first at 8:7)"],
+        ),
+        // One mistake per document, and a valid document's own error, all reported.
+        (
+            format!(
+                "name: a\n routing: priority\n---\nname: b\nrouting: priority\nname: c\n---\n\
+                 name: d\nrouting: fastest\nendpoints:\n{ep}"
+            ),
+            &[
+                "p.yaml:2:2: `name: a` (line 1) then an indented `routing:` — a key cannot be \
+                 nested under a scalar value; did you mean to dedent it?",
+                "p.yaml:6:1: duplicate key `name` (first at 4:1)",
+                "p.yaml:9:10: unknown routing method \"fastest\" (priority, weighted, performance, \
+                 geographic, multivalue, subnet, groups, zone)",
+            ],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (i, (yaml, want)) in cases.iter().enumerate() {
+        let errors = errors_of(SERVER, yaml);
+        if errors != *want {
+            failures.push(format!("case {i}:\n{yaml}\nwant {want:#?}\ngot {errors:#?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `steerdns.yaml` is read the same way: its mistakes are named where they are.
+#[test]
+fn server_file_yaml_mistakes_are_named_where_they_are() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "listen:\n  dns: [\"127.0.0.1:0\"]\n admin: \"127.0.0.1:0\"\nzones: []\n",
+            &["steerdns.yaml:3:2: `admin:` is indented 1 space, which matches no enclosing \
+               level: its siblings at line 2 are at 2, the keys at line 1 at 0"],
+        ),
+        (
+            "listen:\n  dns: [\"127.0.0.1:0\"]\nzones:\n  - origin: tm.example.test.\n    ns: [ns1.tm.example.test.]\n  soa: { rname: h.example.test. }\n",
+            &["steerdns.yaml:6:3: `soa:` is indented 2 spaces but its siblings at line 4 are at 4"],
+        ),
+    ];
+    for (server, want) in cases {
+        assert_eq!(errors_of(server, "name: www\nrouting: priority\nendpoints: []\n"), *want);
+    }
+}
+
 #[test]
 fn an_empty_profile_file_is_an_error_but_a_comment_only_file_is_not() {
     let errors = errors_of(SERVER, "  \n");

@@ -1,7 +1,8 @@
 //! Query logs in dnstap over real UDP and TCP: a `file:` log and a `socket:` log (captured
 //! by `fstrm_capture`, started after the server) read back by BIND's `dnstap-read`,
 //! sampling, a reader that stops reading (queries are still answered, losses counted), the
-//! configuration checks and a reload that changes the log.
+//! configuration checks, reloads that turn the log on, move it, change its settings and
+//! turn it off, and TCP connections past the pool of TCP rings.
 
 mod common;
 
@@ -25,7 +26,7 @@ async fn logging(block: &str) -> Harness {
 }
 
 fn stats(h: &Harness) -> &Stats {
-    h.server().control().dnstap.as_deref().expect("dnstap is on")
+    h.server().control().dnstap.stats().expect("dnstap is on")
 }
 
 fn load(n: &std::sync::atomic::AtomicU64) -> u64 {
@@ -390,24 +391,197 @@ fn the_log_block_is_checked_with_positions() {
     }
 }
 
+/// Rewrites the `log:` block of `h`'s `steerdns.yaml` (`None`: no `log:` at all) and
+/// reloads.
+fn reload_with_log(h: &Harness, block: Option<&str>) {
+    let config = h.dir.path().join("steerdns.yaml");
+    let yaml = std::fs::read_to_string(&config).unwrap();
+    let base = yaml.split("log:\n").next().unwrap();
+    let text = match block {
+        Some(b) => format!("{base}log:\n{b}"),
+        None => base.to_string(),
+    };
+    std::fs::write(&config, text).unwrap();
+    h.server().reload().expect("the reload applies");
+    assert!(h.server().control().restart_needed().is_empty(), "a log change needs no restart");
+}
+
+/// Whether a Frame Streams file ends with its STOP frame: its writer closed it.
+fn closed(path: &Path) -> bool {
+    std::fs::read(path).unwrap_or_default().ends_with(&[0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 3])
+}
+
+/// Sends `q` on an open TCP connection and checks that it is answered.
+async fn tcp_on(conn: &mut tokio::net::TcpStream, q: &Q) {
+    tcp_send(conn, &q.bytes()).await;
+    let reply = tcp_recv(conn).await.expect("a TCP reply");
+    assert_eq!(Reply::new(reply).rcode(), NOERROR);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reload_that_changes_the_log_applies_the_rest_and_asks_for_a_restart() {
+async fn reloads_turn_the_log_on_move_it_to_a_reader_and_turn_it_off() {
+    if !have("dnstap-read", "bind9-dnsutils") || !have("fstrm_capture", "fstrm-bin") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let first = out.path().join("first.fstrm");
+    let (sock, captured) = (out.path().join("dnstap.sock"), out.path().join("captured.fstrm"));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    let h = Harness::in_dir(dir).await;
+    assert!(h.server().control().dnstap.stats().is_none(), "no log at start");
+    // One TCP connection stays open throughout: it follows the log into each writer.
+    let mut conn = h.tcp_connect().await;
+    tcp_on(&mut conn, &Q::new(&fq("www"), T_A)).await;
+
+    // On: a file.
+    reload_with_log(&h, Some(&format!("  dnstap:\n    file: {}\n", first.display())));
+    let s = stats(&h);
+    assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
+    tcp_on(&mut conn, &Q::new(&fq("api"), T_A)).await;
+    wait_for(WAIT, "4 messages in the first file", || load(&s.sent) == 4).await;
+
+    // Moved: to a socket reader, with another identity; the file is closed.
+    let capture = Capture::start(&sock, &captured);
+    let moved = format!("  dnstap:\n    socket: {}\n    identity: moved\n", sock.display());
+    reload_with_log(&h, Some(&moved));
+    wait_for(WAIT, "the first file closed", || closed(&first)).await;
+    let deadline = Instant::now() + WAIT;
+    while load(&s.sent) == 4 {
+        assert!(Instant::now() < deadline, "the new writer never reached fstrm_capture");
+        assert_eq!(h.udp(&Q::new(&fq("pool"), T_A)).await.rcode(), NOERROR);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = load(&s.sent);
+    tcp_on(&mut conn, &Q::new(&fq("api"), T_AAAA)).await;
+    wait_for(WAIT, "the TCP exchange sent to the reader", || load(&s.sent) == before + 2).await;
+
+    // Off: nothing more is logged, and the counts stay readable.
+    reload_with_log(&h, None);
+    assert_eq!(h.server().control().dnstap.running(), None);
+    assert_eq!(h.udp(&Q::new(&fq("info"), T_TXT)).await.rcode(), NOERROR);
+    tcp_on(&mut conn, &Q::new(&fq("info"), T_TXT)).await;
+    let sent = load(&s.sent);
+    drop(conn);
+    h.stop().await;
+    capture.stop();
+
+    let docs = dnstap_read(&first);
+    assert_eq!(frames(&first).len(), 4);
+    let (www, api) = (format!("{} IN A", fq("www")), format!("{} IN A", fq("api")));
+    for (kind, proto, question) in [
+        ("AUTH_QUERY", "UDP", &www),
+        ("AUTH_RESPONSE", "UDP", &www),
+        ("AUTH_QUERY", "TCP", &api),
+        ("AUTH_RESPONSE", "TCP", &api),
+    ] {
+        assert_eq!(select(&docs, kind, proto, question).len(), 1, "{kind} {proto} {question}");
+    }
+    assert!(select(&docs, "AUTH_QUERY", "TCP", &www).is_empty(), "asked before the log was on");
+
+    let docs = dnstap_read(&captured);
+    assert_eq!(frames(&captured).len() as u64, sent - 4);
+    let aaaa = format!("{} IN AAAA", fq("api"));
+    let found = select(&docs, "AUTH_RESPONSE", "TCP", &aaaa);
+    assert_eq!(found.len(), 1, "{docs:#?}");
+    assert_eq!(found[0].get("identity"), "moved");
+    let info = format!("{} IN TXT", fq("info"));
+    assert!(docs.iter().all(|d| d.question != info), "asked after the log was turned off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_sample_or_identity_keeps_the_stream_and_applies_at_once() {
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("queries.fstrm");
+    let file = format!("    file: {}\n", path.display());
+    let h = logging(&format!("  dnstap:\n{file}    identity: ns-before\n")).await;
+    let s = stats(&h);
+    assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
+    wait_for(WAIT, "2 messages written", || load(&s.sent) == 2).await;
+
+    reload_with_log(&h, Some(&format!("  dnstap:\n{file}    identity: ns-after\n")));
+    assert_eq!(h.tcp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
+    wait_for(WAIT, "4 messages written", || load(&s.sent) == 4).await;
+
+    // About one exchange in a billion: none of these is logged.
+    let rare = format!("  dnstap:\n{file}    identity: ns-after\n    sample: 0.000000001\n");
+    reload_with_log(&h, Some(&rare));
+    assert_eq!(h.server().control().dnstap.running().map(|d| d.sample), Some(0.000000001));
+    for _ in 0..10 {
+        assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
+        assert_eq!(h.tcp(&Q::new(&fq("api"), T_A)).await.rcode(), NOERROR);
+    }
+    h.stop().await;
+    // One stream (`frames` checks one START and one STOP): the file was not started again.
+    let frames = frames(&path);
+    assert_eq!(frames.len(), 4);
+    let has = |f: &[u8], id: &[u8]| f.windows(id.len()).any(|w| w == id);
+    assert!(frames[..2].iter().all(|f| has(f, b"ns-before") && !has(f, b"ns-after")));
+    assert!(frames[2..].iter().all(|f| has(f, b"ns-after") && !has(f, b"ns-before")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_to_an_output_that_cannot_open_keeps_the_running_log() {
     let out = tempfile::tempdir().unwrap();
     let path = out.path().join("queries.fstrm");
     let h = logging(&format!("  dnstap:\n    file: {}\n", path.display())).await;
-    assert!(h.server().control().restart_needed().is_empty());
-    let config = h.dir.path().join("steerdns.yaml");
-    let yaml = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, yaml.replace("dnstap:\n", "dnstap:\n    sample: 0.5\n")).unwrap();
-    h.server().reload().expect("the reload applies");
-    assert_eq!(h.server().control().restart_needed(), ["log.dnstap"]);
-    assert_eq!(h.server().snapshot().dnstap.as_ref().map(|d| d.sample), Some(0.5));
-    // The running log keeps logging every exchange.
-    for _ in 0..10 {
-        assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
-    }
+    let running = h.server().control().dnstap.running();
+    let missing = out.path().join("no-such-directory/queries.fstrm");
+    // The rest of the configuration applies; the log stays where it was.
+    reload_with_log(&h, Some(&format!("  dnstap:\n    file: {}\n", missing.display())));
+    assert_eq!(h.server().control().dnstap.running(), running);
+    assert_eq!(h.udp(&Q::new(&fq("www"), T_A)).await.rcode(), NOERROR);
     let s = stats(&h);
-    wait_for(WAIT, "every exchange written", || load(&s.sent) == 20).await;
+    wait_for(WAIT, "the exchange written to the running log", || load(&s.sent) == 2).await;
     h.stop().await;
-    assert_eq!(frames(&path).len(), 20);
+    assert_eq!(frames(&path).len(), 2);
+    assert!(!missing.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_connections_past_the_ring_pool_count_drops_and_are_answered() {
+    use steerdns::server::dnstap::TCP_RINGS;
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("queries.fstrm");
+    let h = logging(&format!("  dnstap:\n    file: {}\n", path.display())).await;
+    let s = stats(&h);
+    let q = Q::new(&fq("www"), T_A);
+    // Every connection logs one exchange and stays open, holding its ring. The per-source
+    // cap is 64 by default, so the last connections come from another loopback address.
+    let mut conns = Vec::new();
+    for i in 0..TCP_RINGS + 1 {
+        let mut conn = if i < 60 {
+            h.tcp_connect().await
+        } else {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            socket.connect(h.addr).await.unwrap()
+        };
+        tcp_on(&mut conn, &q).await;
+        conns.push(conn);
+    }
+    let rings = TCP_RINGS as u64;
+    wait_for(WAIT, "every ring's exchange written", || load(&s.sent) == 2 * rings).await;
+    assert_eq!(load(&s.dropped_queue_full), 2, "the connection past the pool: {s:?}");
+    // A connection that ends gives its ring back; the one without takes it.
+    drop(conns.remove(0));
+    let last = conns.last_mut().unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let dropped = load(&s.dropped_queue_full);
+        tcp_on(last, &q).await;
+        wait_for(WAIT, "the exchange written or dropped", || {
+            load(&s.sent) + load(&s.dropped_queue_full) >= 2 * rings + dropped + 2
+        })
+        .await;
+        if load(&s.dropped_queue_full) == dropped {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the ring never came back to the pool");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(load(&s.sent), 2 * rings + 2);
+    drop(conns);
+    h.stop().await;
+    assert_eq!(frames(&path).len() as u64, 2 * rings + 2);
 }

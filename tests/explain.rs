@@ -189,6 +189,51 @@ fn explain_down_moves_a_priority_profile_to_its_next_endpoint() {
     assert_eq!(e.answer, ["AAAA 2001:db8::10"], "{}", e.text);
 }
 
+/// The trace and the errors speak DNS, not Rust: record types as DNS writes them, names
+/// in backquotes, nothing printed with `Debug`.
+#[test]
+fn explain_text_names_record_types_as_dns_does() {
+    let config = repo("steerdns.yaml");
+    let cases = [
+        ("www", "A", "candidates for A: primary (unmonitored), secondary (unmonitored)"),
+        ("www", "AAAA", "candidates for AAAA: primary-v6 (unmonitored)"),
+        ("api", "AAAA", "candidates for AAAA: none"),
+        ("app", "A", "candidates for A (addresses only): blue (unmonitored), green (unmonitored)"),
+        ("app", "AAAA", "candidates for AAAA (addresses only): none"),
+        (
+            "app",
+            "TXT",
+            "candidates for any type (host names and addresses): blue (unmonitored), \
+             green (unmonitored), cdn (unmonitored)",
+        ),
+    ];
+    for (name, qtype, line) in cases {
+        let e = explain(&config, name, qtype, "192.0.2.1", &[]);
+        assert!(e.trace.iter().any(|t| t == line), "{name} {qtype}: want {line:?} in {e:#?}");
+        // Rust's Debug shows enum variants in CamelCase, options and structs by their names.
+        let camel = |t: &str| {
+            t.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| {
+                w.len() > 1
+                    && w[1..].contains(|c: char| c.is_ascii_uppercase())
+                    && w.contains(|c: char| c.is_ascii_lowercase())
+            })
+        };
+        for t in &e.trace {
+            let debug = ["Aaaa", "Cname", "for Any", "Some(", "None", " {"];
+            assert!(!camel(t) && !debug.iter().any(|d| t.contains(d)), "{name} {qtype}: {t:?}");
+        }
+    }
+    let config = config.to_str().unwrap();
+    for (args, message) in [
+        (["www", "BOGUS"], "error: unknown query type `BOGUS`"),
+        (["a b", "A"], "error: invalid name `a b`"),
+    ] {
+        let run = steerdns(&["explain", args[0], args[1], "--client", "192.0.2.1", "-c", config]);
+        assert_eq!(run.code, 1, "{run:#?}");
+        assert_eq!(run.stderr.trim_end(), message, "{run:#?}");
+    }
+}
+
 #[test]
 fn explain_down_with_an_unknown_profile_or_endpoint_fails() {
     let config = repo("steerdns.yaml");

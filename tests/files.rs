@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use steerdns::server::reloader::{ReloadError, Trigger};
 
 /// `steerdns check` and a reload of a small configuration finish well within this.
 const PROMPT: Duration = Duration::from_secs(10);
@@ -220,10 +221,11 @@ async fn answer(h: &Harness, rel: &str) -> String {
 
 /// Reloads on a blocking thread; panics when the reload does not end within `PROMPT`.
 async fn reload(h: &Harness) -> Result<u64, Vec<String>> {
-    let control = h.server().control().clone();
-    let job = tokio::task::spawn_blocking(move || control.reload("test"));
-    match tokio::time::timeout(PROMPT, job).await {
-        Ok(done) => done.unwrap().map_err(|e| e.0.iter().map(|e| e.to_string()).collect()),
+    let reloader = h.server().reloader();
+    match tokio::time::timeout(PROMPT, reloader.reload(Trigger::Request)).await {
+        Ok(Ok(generation)) => Ok(generation),
+        Ok(Err(ReloadError::Config(e))) => Err(e.0.iter().map(|e| e.to_string()).collect()),
+        Ok(Err(e)) => panic!("{e}"),
         Err(_) => panic!("the reload did not finish within {PROMPT:?}"),
     }
 }

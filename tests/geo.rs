@@ -266,6 +266,58 @@ fn records_are_decoded_at_open_and_shared_while_the_file_is_unchanged() {
     assert_eq!(c.lookup(ip("192.0.2.1")).and_then(|l| l.country), code("JP"));
     // The configuration still holding the old file keeps answering from it.
     assert_eq!(a.lookup(ip("192.0.2.1")).and_then(|l| l.country), code("FR"));
+
+    // Rewritten in place with a database of the same length and the mtime put back, as a
+    // copy within one tick of the file system clock leaves it: still a new database.
+    let same_len = |country: &str| {
+        let csv = dir.path().join(format!("{country}.csv"));
+        let text = format!(
+            "network,continent,country,subdivision,latitude,longitude\n192.0.2.0/24,AS,{country},,,\n"
+        );
+        std::fs::write(&csv, text).unwrap();
+        let out = dir.path().join(format!("{country}.mmdb"));
+        geo::build(&csv, &out).unwrap();
+        std::fs::read(out).unwrap()
+    };
+    let (jp, kr) = (same_len("JP"), same_len("KR"));
+    assert_eq!(jp.len(), kr.len());
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::fs::write(&path, &kr).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(mtime).unwrap();
+    let d = GeoDb::open(&path).unwrap();
+    assert!(!d.shares_records_with(&c));
+    assert_eq!(d.lookup(ip("192.0.2.1")).and_then(|l| l.country), code("KR"));
+    assert_eq!(c.lookup(ip("192.0.2.1")).and_then(|l| l.country), code("JP"), "an own copy");
+}
+
+#[test]
+fn the_database_is_read_up_to_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build_sample(dir.path());
+    let len = std::fs::metadata(&path).unwrap().len();
+    let limit = |bytes| steerdns::diag::Limit { bytes, set_by: "limits.geo_database" };
+    assert!(GeoDb::open_limited(&path, limit(len)).is_ok());
+    let e = GeoDb::open_limited(&path, limit(len - 1)).unwrap_err().to_string();
+    let want = format!(
+        "{}: cannot open geo database: too large: {len} bytes, more than the {} bytes of limits.geo_database",
+        path.display(),
+        len - 1
+    );
+    assert_eq!(e, want);
+
+    // Through the configuration: the error is at `geo.database`, naming the key to raise.
+    let config = geo_config(dir.path(), Some(&path), "# no profiles\n");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}limits: {{ geo_database: 1KiB }}\n")).unwrap();
+    let errors = messages(steerdns::config::load(&config, None).map(|_| ()).unwrap_err());
+    let message = "more than the 1024 bytes of limits.geo_database";
+    assert!(errors.len() == 1 && errors[0].starts_with("4:13: "), "{errors:?}");
+    assert!(errors[0].ends_with(message), "{errors:?}");
+
+    // Not a database at all: refused with the reader's reason.
+    std::fs::write(&path, b"not a database").unwrap();
+    let e = GeoDb::open(&path).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}: cannot open geo database: ", path.display())), "{e}");
 }
 
 #[test]

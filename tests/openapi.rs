@@ -141,6 +141,10 @@ async fn real_answers_match_the_response_schemas() {
         ("GET", "/api/v1/events", "/api/v1/events?since=x", true, 400),
         ("GET", "/api/v1/cluster", "/api/v1/cluster", true, 200),
         ("POST", "/api/v1/reload", "/api/v1/reload", true, 200),
+        ("GET", "/api/v1/reload", "/api/v1/reload", true, 200),
+        ("GET", "/api/v1/whoami", "/api/v1/whoami", true, 200),
+        // Without `rum:` in the configuration.
+        ("GET", "/api/v1/rum", "/api/v1/rum?addr=192.0.2.1", true, 404),
         (
             "DELETE",
             "/api/v1/profiles/{name}/endpoints/{endpoint}/weight",

@@ -611,8 +611,9 @@ async fn admin_details_and_metrics_show_probe_results() {
     s.wait_status("www", "a", Status::Degraded).await;
     let control = s.server.control();
     use steerdns::server::admin::probes::endpoint_details as details;
-    let a =
-        serde_json::Value::Object(details(&control.prober, "www.tm.example.test.", "a").unwrap());
+    let a = serde_json::Value::Object(
+        details(&control.prober, "www.tm.example.test.").remove("a").unwrap(),
+    );
     assert_eq!(a["probed"], true);
     assert_eq!(a["last_probe"]["ok"], false);
     assert_eq!(a["last_probe"]["result"], "refused");
@@ -621,8 +622,9 @@ async fn admin_details_and_metrics_show_probe_results() {
     assert_eq!(a["last_change"]["from"], "checking");
     assert_eq!(a["last_change"]["to"], "degraded");
     assert!(a["probe_results"]["refused"].as_u64().unwrap() >= 1, "{a}");
-    let b =
-        serde_json::Value::Object(details(&control.prober, "www.tm.example.test.", "b").unwrap());
+    let b = serde_json::Value::Object(
+        details(&control.prober, "www.tm.example.test.").remove("b").unwrap(),
+    );
     assert_eq!(
         (&b["probed"], &b["last_probe"]),
         (&serde_json::json!(false), &serde_json::Value::Null)

@@ -2,7 +2,8 @@
 //! configurations (YAML syntax, semantics) keep the old answers and are reported with
 //! FILE:LINE:COL; SIGHUP on the real binary; `POST /api/v1/reload`; a query stream from
 //! four threads during 30 rapid reloads with zero lost or wrong answers; zone serials;
-//! listen address changes.
+//! listen address changes; every trigger through the one reloader, requests during a
+//! reload coalesced into one more, racing triggers leaving the last written files.
 //!
 //! Measurements (time for a change to show up, retries, reload times) are printed with a
 //! `MEASURE` prefix: run with `--nocapture` to see them.
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hickory_proto::rr::RData;
+use steerdns::server::reloader::Trigger;
 
 /// The requirement: a file change shows up on the wire within this long.
 const RELOAD_DEADLINE: Duration = Duration::from_secs(2);
@@ -333,9 +335,10 @@ async fn invalid_edit_keeps_serving(bad: &str, line: u64, message: &str, what: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_syntax_error_keeps_old_answers_and_is_reported() {
-    // Line 3 is indented under a scalar: "mapping values are not allowed".
+    // Line 3 is indented under a scalar.
     let bad = "name: live\nrouting: priority\n  ttl: 5\nendpoints:\n  - { name: main, target: 192.0.2.106, always_serve: true }\n";
-    invalid_edit_keeps_serving(bad, 3, "mapping values", "YAML syntax error").await;
+    let message = "a key cannot be nested under a scalar value";
+    invalid_edit_keeps_serving(bad, 3, message, "YAML syntax error").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,10 +427,94 @@ async fn post_reload_returns_200_with_a_growing_generation() {
         assert_eq!(m.sum("steerdns_config_generation", &[]), generation as f64);
         last = generation;
     }
-    // GET is not a reload.
+    // GET is not a reload: it tells how the last one ended.
     let r = http_get(admin, "/api/v1/reload", None).await;
-    assert_eq!(r.status, 405, "GET /api/v1/reload: {r:?}");
+    assert_eq!(r.status, 200, "GET /api/v1/reload: {r:?}");
+    assert_eq!(
+        (&r.json()["generation"], &r.json()["trigger"]),
+        (&last.into(), &"admin API".into())
+    );
     assert_eq!(h.server().snapshot().generation, last);
+    h.stop().await;
+}
+
+/// `steerdns_reload_requests_total` of one trigger, as `/metrics` shows it.
+fn requests(m: &Prom, trigger: &str) -> u64 {
+    m.sum("steerdns_reload_requests_total", &[("trigger", trigger)]) as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_requests_during_a_reload_is_one_more_reload() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let reloader = h.server().reloader();
+    let (before, generation) = (reloads(&h), h.server().snapshot().generation);
+    // A reload reads every file; twenty requests made while it runs wait for one more.
+    for _ in 0..19 {
+        reloader.request(Trigger::Signal);
+    }
+    let last = reloader.reload(Trigger::Signal).await.expect("the reload applies");
+    let ran = reloads(&h) - before;
+    assert!((1..=2).contains(&ran), "20 requests in a burst ran {ran} reloads");
+    println!("MEASURE burst: 20 requests during a reload ran {ran} reloads");
+    assert_eq!(last, generation + ran, "each reload is one generation");
+    let m = scrape(h.admin(), None).await;
+    assert_eq!(requests(&m, "sighup"), 20);
+    assert_eq!(m.sum("steerdns_reloads_total", &[]) as u64, reloads(&h));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_triggers_coalesce_and_leave_the_last_written_configuration() {
+    let h = start_with(&profiles_with_live(), true).await;
+    let (admin, reloader) = (h.admin(), h.server().reloader());
+    let start_generation = h.server().snapshot().generation;
+    let targets = ["192.0.2.101", "192.0.2.102", "192.0.2.103", "192.0.2.104", "192.0.2.105"];
+    // Every round: a file change (seen by the watcher), a SIGHUP's request, an API call and
+    // a direct request, all at once. Each caller that waits gets a reload that started
+    // after its request, so it sees the file as written before it asked.
+    let mut api_calls = 0;
+    for (round, target) in targets.iter().enumerate() {
+        write_atomic(&h.profile_path("live.yaml"), &one_target("live", target));
+        reloader.request(Trigger::Signal);
+        let api = http_post(admin, "/api/v1/reload", None);
+        let direct = reloader.reload(Trigger::Request);
+        let (api, direct) = tokio::join!(api, direct);
+        api_calls += 1;
+        assert_eq!(api.status, 200, "round {round}: {api:?} {}", api.text());
+        let direct = direct.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let from_api = api.json()["generation"].as_u64().expect("generation");
+        assert!(direct > start_generation && from_api > start_generation, "round {round}");
+        assert_eq!(answer(&h, "live").await, format!("A {target}"), "round {round}");
+    }
+    // The watcher's reloads come in after its quiet time.
+    let since = Instant::now();
+    let m = loop {
+        let m = scrape(admin, None).await;
+        if requests(&m, "file") > 0 {
+            break m;
+        }
+        assert!(since.elapsed() < PATIENCE, "the watcher asked for no reload");
+        tokio::time::sleep(POLL_EVERY).await;
+    };
+    assert_eq!(requests(&m, "sighup"), targets.len() as u64);
+    assert_eq!(requests(&m, "api"), api_calls);
+    assert_eq!(requests(&m, "request"), targets.len() as u64);
+    // Settled: no request waits and none is running.
+    wait_until("the last reload done", || {
+        h.server().snapshot().generation == start_generation + reloads(&h)
+    })
+    .await;
+    let m = scrape(admin, None).await;
+    let asked: u64 = ["sighup", "api", "file", "request", "key_timing", "etcd"]
+        .iter()
+        .map(|t| requests(&m, t))
+        .sum();
+    let ran = m.sum("steerdns_reloads_total", &[]) as u64;
+    assert!(ran <= asked, "{ran} reloads for {asked} requests");
+    assert_eq!(m.sum("steerdns_reload_failures_total", &[]), 0.0);
+    assert_eq!(m.sum("steerdns_config_generation", &[]) as u64, start_generation + ran);
+    assert_eq!(answer(&h, "live").await, format!("A {}", targets[targets.len() - 1]));
+    println!("MEASURE racing triggers: {asked} requests, {ran} reloads");
     h.stop().await;
 }
 
@@ -556,18 +643,14 @@ async fn no_query_lost_or_wrong_during_30_rapid_reloads() {
     let mut generation = h.server().snapshot().generation;
     let mut serial = serial0;
     let mut took = Vec::new();
-    let control = h.server().control().clone();
+    let reloader = h.server().reloader();
     for i in 0..RELOADS {
         let target = if i % 2 == 0 { FLIP_B } else { FLIP_A };
         // Atomic replace, so no reader (the watcher's reload included) sees half a file.
         write_atomic(&h.profile_path("flip.yaml"), &one_target("flip", target));
         let start = Instant::now();
         let g = if i % 2 == 0 {
-            let c = control.clone();
-            tokio::task::spawn_blocking(move || c.reload("test"))
-                .await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("reload {i}: {e}"))
+            reloader.reload(Trigger::Request).await.unwrap_or_else(|e| panic!("reload {i}: {e}"))
         } else {
             let r = http_post(admin, "/api/v1/reload", None).await;
             assert_eq!(r.status, 200, "reload {i}: {r:?} {}", r.text());
@@ -706,6 +789,8 @@ fn strip_ansi(s: &str) -> String {
 struct Binary {
     child: Child,
     addr: SocketAddr,
+    /// The admin API's address, when it was started with one.
+    admin: Option<SocketAddr>,
     stderr: Arc<Mutex<Vec<String>>>,
     raw_ansi: Arc<AtomicU64>,
     /// The thread collecting stderr: it ends once the process has exited and every line
@@ -717,9 +802,23 @@ impl Binary {
     /// Writes the test configuration on a free port into `dir` and spawns the binary
     /// (without waiting for it).
     fn spawn(dir: &Path, profiles: &[(&str, &str)], json: bool) -> Binary {
+        Binary::spawn_with(dir, profiles, json, false)
+    }
+
+    /// `spawn`, with the admin API on another free port when `admin`.
+    fn spawn_with(dir: &Path, profiles: &[(&str, &str)], json: bool, admin: bool) -> Binary {
         let port = free_port();
         write_config(dir, profiles);
-        let yaml = steerdns_yaml().replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+        let admin = admin.then(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
+        let yaml = match admin {
+            Some(a) => with_admin(&steerdns_yaml(), None).replacen(
+                "admin: \"127.0.0.1:0\"",
+                &format!("admin: \"{a}\""),
+                1,
+            ),
+            None => steerdns_yaml(),
+        };
+        let yaml = yaml.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_steerdns"));
         if json {
@@ -748,7 +847,7 @@ impl Binary {
             }
         });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        Binary { child, addr, stderr, raw_ansi, reader: Some(reader) }
+        Binary { child, addr, admin, stderr, raw_ansi, reader: Some(reader) }
     }
 
     /// Whether the process has exited; if so, its whole stderr has been collected.
@@ -765,8 +864,13 @@ impl Binary {
     /// Spawns the binary and waits until it answers and has logged "serving"; retries
     /// with another port when the port was taken meanwhile.
     async fn start(dir: &Path, profiles: &[(&str, &str)], json: bool) -> Binary {
+        Binary::start_with(dir, profiles, json, false).await
+    }
+
+    /// `start`, with the admin API when `admin`.
+    async fn start_with(dir: &Path, profiles: &[(&str, &str)], json: bool, admin: bool) -> Binary {
         for _ in 0..5 {
-            let mut b = Binary::spawn(dir, profiles, json);
+            let mut b = Binary::spawn_with(dir, profiles, json, admin);
             if b.wait_ready().await {
                 // Startup is complete once "serving" is logged (see
                 // `sighup_as_soon_as_the_port_accepts_reloads_instead_of_killing`).
@@ -934,6 +1038,49 @@ async fn sighup_reloads_the_running_binary() {
     assert!(status.success(), "exit after SIGTERM: {status:?}\n{text}");
     assert_eq!(status.code(), Some(0));
     assert!(text.contains("shutting down"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_api_and_file_change_at_once_go_through_one_reloader_in_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Binary::start_with(dir.path(), DEFAULT_PROFILES, false, true).await;
+    let admin = bin.admin.expect("admin API");
+    let targets = ["192.0.2.121", "192.0.2.122", "192.0.2.123"];
+    for (round, target) in targets.iter().enumerate() {
+        // The file changes (the watcher asks), a SIGHUP asks, and the API asks, at once.
+        write_atomic(&dir.path().join("profiles/priority.yaml"), &one_target("www", target));
+        bin.signal(libc::SIGHUP);
+        let r = http_post(admin, "/api/v1/reload", None).await;
+        assert_eq!(r.status, 200, "round {round}: {r:?} {}", r.text());
+        // The API's reload started after its request, so it read the file written before.
+        assert_eq!(bin.answer("www").await, format!("A {target}"), "round {round}");
+    }
+    // Every trigger shows up in the request counts; all are served by the same reloads.
+    let start = Instant::now();
+    let m = loop {
+        let m = scrape(admin, None).await;
+        let settled = requests(&m, "file") > 0
+            && requests(&m, "sighup") > 0
+            && m.sum("steerdns_config_generation", &[])
+                == 1.0 + m.sum("steerdns_reloads_total", &[]);
+        if settled {
+            break m;
+        }
+        assert!(start.elapsed() < PATIENCE, "the triggers never settled:\n{}", bin.stderr_text());
+        tokio::time::sleep(POLL_EVERY).await;
+    };
+    assert_eq!(requests(&m, "api"), targets.len() as u64);
+    let asked: u64 = ["sighup", "api", "file"].iter().map(|t| requests(&m, t)).sum();
+    let ran = m.sum("steerdns_reloads_total", &[]) as u64;
+    assert!((1..=asked).contains(&ran), "{ran} reloads for {asked} requests");
+    assert_eq!(m.sum("steerdns_reload_failures_total", &[]), 0.0);
+    let lines = bin.stderr_text();
+    let logged = lines.lines().filter(|l| l.contains("configuration reloaded")).count();
+    assert_eq!(logged as u64, ran, "one line per reload:\n{lines}");
+    assert_eq!(bin.answer("www").await, format!("A {}", targets[targets.len() - 1]));
+    println!("MEASURE binary: {asked} requests (sighup, api, file), {ran} reloads");
+    let (status, text) = bin.terminate().await;
+    assert!(status.success(), "exit after SIGTERM: {status:?}\n{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,8 @@
 //! - Each profile answers A and AAAA consistently: a name is a CNAME for every type or for
 //!   none (a resolver answers any type from a cached CNAME), whichever type comes first.
 //! - ECS answers are cached per scope: a client inside the scope of a cached answer gets
-//!   what steerdns answers that client.
+//!   what steerdns answers that client, one just outside it is asked anew, and clients of
+//!   different networks get different answers through the resolver.
 //! - A static CNAME to a profile name is answered with the whole chain.
 //!
 //! Without `unbound` (Debian package `unbound`) the resolver checks are skipped, with a
@@ -334,11 +335,14 @@ fn outside(addr: IpAddr, scope: u8) -> IpAddr {
 
 /// Queries `name` A through a fresh resolver with the ECS clients of `seq` in turn, and
 /// right after the first, with a /32 (/128) client just outside the scope the resolver
-/// reports for that first answer. Each answer must be what steerdns answers that client
-/// directly. Returns the mismatches.
+/// reports for that first answer (the first answer must have a scope). Each answer must be
+/// what steerdns answers that client directly, and the answers through the resolver must
+/// not all be the same: a resolver that ignored ECS would pass every other check. Returns
+/// the failures.
 async fn ecs_sequence(h: &Harness, name: &str, seq: &[(IpAddr, u8)]) -> Vec<String> {
     let res = fresh_resolver(h);
     let mut failures = Vec::new();
+    let mut answers: Vec<AtName> = Vec::new();
     let mut asked: Vec<String> = Vec::new();
     let mut clients: Vec<(IpAddr, u8, &str)> = seq.iter().map(|&(a, l)| (a, l, "")).collect();
     let mut i = 0;
@@ -348,6 +352,9 @@ async fn ecs_sequence(h: &Harness, name: &str, seq: &[(IpAddr, u8)]) -> Vec<Stri
         let (got, got_scope) = through(&res, name, T_A, Some((addr, len))).await;
         let want = direct(h, name, T_A, Some((addr, len))).await;
         let scope = got_scope.map_or("no ECS".to_string(), |s| format!("scope {s}"));
+        if !answers.contains(&got) {
+            answers.push(got.clone());
+        }
         if got != want {
             failures.push(format!(
                 "{name} A, ECS {}: the last one gets {got} ({scope}) through the resolver, \
@@ -361,12 +368,23 @@ async fn ecs_sequence(h: &Harness, name: &str, seq: &[(IpAddr, u8)]) -> Vec<Stri
                 Some(s) if s > 0 => {
                     clients.insert(1, (outside(addr, s), max, " (outside the first's scope)"));
                 }
-                s => println!("{name}, ECS {addr}/{len}: scope {s:?}: no client is outside it"),
+                s => failures.push(format!(
+                    "{name} A, ECS {addr}/{len}: the resolver reports scope {s:?}, so no client \
+                     is outside it: steerdns's answer depends on the client's network"
+                )),
             }
         }
         i += 1;
     }
     println!("{name}: asked through a fresh resolver with ECS {}", asked.join(", then "));
+    if answers.len() < 2 {
+        failures.push(format!(
+            "{name} A, ECS {}: every client got {:?} through the resolver; the clients were \
+             chosen for different answers",
+            asked.join(", then "),
+            answers
+        ));
+    }
     drop(res);
     failures
 }
@@ -421,11 +439,9 @@ async fn performance_ecs_answers_are_cached_per_scope() {
             seen.push((client, a));
         }
     }
-    let Some((net, a, b)) = pair else {
-        println!("{name}: no /24 has two clients with different answers; nothing to check");
-        h.stop().await;
-        return;
-    };
+    // The example places 192.0.2.0/25 in FR and 192.0.2.128/25 in US-CA, and measures
+    // 198.51.100.128/25 apart from the rest of its /24: such a pair exists.
+    let (net, a, b) = pair.expect("a /24 of the example with two clients answered differently");
     println!("{name}: {a} and {b} get different answers");
     let mut failures = Vec::new();
     failures.extend(ecs_sequence(&h, &name, &[(net, 24), (a, 32), (b, 32)]).await);

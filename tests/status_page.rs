@@ -257,6 +257,8 @@ impl Browser {
                 ],
             },
             "goog:loggingPrefs": { "browser": "ALL" },
+            // The HTTPS test's certificate is self-signed.
+            "acceptInsecureCerts": true,
         });
         let caps: serde_json::Map<String, Value> = caps.as_object().unwrap().clone();
         let url = format!("http://127.0.0.1:{port}");
@@ -287,6 +289,10 @@ impl Browser {
         self.client.goto(&format!("http://{addr}/")).await.expect("open the page");
     }
 
+    async fn open_https(&self, addr: SocketAddr) {
+        self.client.goto(&format!("https://{addr}/")).await.expect("open the page over HTTPS");
+    }
+
     async fn js(&self, script: &str) -> Value {
         self.client.execute(script, vec![]).await.unwrap_or_else(|e| panic!("{script}: {e}"))
     }
@@ -304,6 +310,9 @@ impl Browser {
                 name: b.dataset.key,
                 routing: c[2].textContent,
                 status: c[3].dataset.status,
+                statusText: c[3].textContent,
+                failover: c[3].dataset.failover === "yes",
+                counts: c[4].textContent,
                 qps: c[5].textContent,
                 split: c[6].textContent,
                 endpoints: [...b.querySelectorAll("table.endpoints > tbody > tr")].map((r) => ({
@@ -324,6 +333,13 @@ impl Browser {
               tokenError: document.getElementById("token-error").hidden ? null : document.getElementById("token-error").textContent,
               eventsNote: document.getElementById("events-note").textContent,
               events: document.getElementById("events").textContent,
+              notice: document.getElementById("notice").hidden ? null : document.getElementById("notice").textContent,
+              protocol: location.protocol,
+              readOnly: !document.getElementById("read-only").hidden,
+              banner: document.getElementById("reload-banner").hidden ? null : document.getElementById("reload-banner").textContent,
+              rateWindow: document.getElementById("rate-window").textContent,
+              summary: document.getElementById("summary").textContent,
+              conn: document.getElementById("conn").textContent,
               rows,
             };
             "##,
@@ -362,14 +378,14 @@ impl Browser {
         }
     }
 
-    /// Asserts that the page logged nothing at error level but, with `unauthorized`, the
-    /// API's 401 answers.
-    async fn assert_no_console_error(&mut self, unauthorized: bool) {
+    /// Asserts that the page logged nothing at error level but the API's answers with one
+    /// of the `allowed` statuses (401 before the token is given, 403 for a read token).
+    async fn assert_no_console_error(&mut self, allowed: &[u16]) {
         let new = self.client.issue_cmd(BrowserLog).await.expect("read the browser log");
         self.log.extend(new.as_array().cloned().unwrap_or_default());
         let expected = |m: &str| {
-            let failed = m.contains("Failed to load resource");
-            failed && unauthorized && m.contains("status of 401") && m.contains("/api/v1/")
+            let failed = m.contains("Failed to load resource") && m.contains("/api/v1/");
+            failed && allowed.iter().any(|s| m.contains(&format!("status of {s}")))
         };
         let errors: Vec<&Value> = self
             .log
@@ -504,7 +520,7 @@ async fn the_page_shows_every_profile_and_a_backend_going_down() {
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
@@ -552,7 +568,7 @@ async fn filtering_by_name_and_status_narrows_the_list() {
     b.type_into("#filter", "no-such-profile").await;
     b.wait_for("nothing", |v| v["total"] == 0 && row_names(v).is_empty()).await;
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
@@ -582,7 +598,7 @@ async fn a_configured_token_is_asked_for_and_kept_for_the_session() {
     b.click("#forget-token").await;
     b.wait_for("the token form again", |v| v["state"] == "login").await;
 
-    b.assert_no_console_error(true).await;
+    b.assert_no_console_error(&[401]).await;
     b.close().await;
     h.stop().await;
 }
@@ -629,7 +645,147 @@ async fn the_drain_button_drains_and_undrains_an_endpoint() {
     let site_a = detail["endpoints"].as_array().unwrap().iter().find(|e| e["name"] == "site-a");
     assert_eq!(site_a.unwrap()["drained"], false, "{detail}");
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
+    b.close().await;
+    h.stop().await;
+}
+
+/// A `priority` profile `fo`: `primary` probed on `backend` every second, `backup`
+/// always serving.
+fn failover_profile(backend: SocketAddr) -> String {
+    format!(
+        "name: fo\nrouting: priority\n\
+         monitor: {{ port: {}, interval: 1s, timeout: 300ms, tolerated_failures: 0 }}\n\
+         endpoints:\n\
+         \x20 - {{ name: primary, target: 127.0.0.1 }}\n\
+         \x20 - {{ name: backup, target: 192.0.2.99, always_serve: true }}\n",
+        backend.port()
+    )
+}
+
+fn qps(row: &Value) -> f64 {
+    row["qps"].as_str().unwrap_or("").parse::<f64>().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_shows_drains_failover_a_rejected_reload_and_smoothed_rates() {
+    let Some(mut b) = Browser::start().await else { return };
+    let backend = HttpBackend::start("127.0.0.1").await;
+    let fo = failover_profile(backend.addr);
+    let mut files = DEFAULT_PROFILES.to_vec();
+    files.push(("fo.yaml", &fo));
+    let h = Harness::with_admin(&files, None).await;
+    const API: &str = "api.tm.example.test.";
+    const FO: &str = "fo.tm.example.test.";
+    const WWW: &str = "www.tm.example.test.";
+    b.open(h.admin()).await;
+    let v = b
+        .wait_for("fo online without failover", |v| {
+            row(v, FO).is_some_and(|r| r["status"] == "online" && r["failover"] == false)
+        })
+        .await;
+    assert!(v["conn"].as_str().unwrap().ends_with(" UTC"), "{}", v["conn"]);
+    assert!(!row(&v, API).unwrap()["counts"].as_str().unwrap().contains("drained"), "{v}");
+
+    // A drain shows in the profile's row, not only in its open endpoints.
+    let r = http_post(h.admin(), "/api/v1/profiles/api/endpoints/site-a/drain", None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = b
+        .wait_for("api's row saying site-a is drained", |v| {
+            row(v, API)
+                .is_some_and(|r| r["counts"].as_str().unwrap().contains("1 drained (site-a)"))
+        })
+        .await;
+    let time = v["events"].as_str().unwrap();
+    assert!(time.contains(" UTC drained api.tm.example.test. / site-a"), "{time}");
+
+    // The primary fails: still online, and the failover badge says why.
+    backend.stop().await;
+    let v = b
+        .wait_for("fo's failover badge", |v| row(v, FO).is_some_and(|r| r["failover"] == true))
+        .await;
+    let fo_row = row(&v, FO).unwrap();
+    assert_eq!(fo_row["status"], "online", "{fo_row}");
+    assert_eq!(fo_row["statusText"], "onlinefailoverserving backup", "{fo_row}");
+    assert_eq!(row(&v, WWW).unwrap()["failover"], false);
+
+    // Rates are averaged over a labelled window, so they outlast the traffic's last poll.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = traffic(&h, "www", stop.clone());
+    let v = b
+        .wait_for("www's rate over a labelled window", |v| {
+            row(v, WWW).is_some_and(|r| qps(r) > 0.0)
+                && v["rateWindow"].as_str().unwrap().starts_with("(last ")
+        })
+        .await;
+    assert!(v["summary"].as_str().unwrap().contains("queries/s (last "), "{}", v["summary"]);
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    let stopped = b.view().await["conn"].clone();
+    let later = b.wait_for("a poll after the traffic", |v| v["conn"] != stopped).await;
+    let later = b.wait_for("another poll", |v| v["conn"] != later["conn"]).await;
+    let www = row(&later, WWW).unwrap();
+    assert!(qps(www) > 0.0 && www["split"].as_str().unwrap().contains("primary 100%"), "{www}");
+
+    // A rejected reload shows as a banner with its located error, until one applies.
+    let broken = h.profile_path("broken.yaml");
+    std::fs::write(&broken, "name: broken\nrouting: sideways\nendpoints: []\n").unwrap();
+    let v = b.wait_for("the reload banner", |v| !v["banner"].is_null()).await;
+    let banner = v["banner"].as_str().unwrap();
+    assert!(banner.starts_with("Reload rejected (file change, "), "{banner}");
+    assert!(banner.contains(&format!("{}:2:10: ", broken.display())), "{banner}");
+    std::fs::remove_file(&broken).unwrap();
+    b.wait_for("no banner once a reload applies", |v| v["banner"].is_null()).await;
+
+    b.assert_no_console_error(&[]).await;
+    b.close().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_works_over_https_and_offers_a_read_token_no_drain() {
+    let Some(mut b) = Browser::start().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), DEFAULT_PROFILES);
+    let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(dir.path().join("admin.pem"), pair.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("admin.key"), pair.signing_key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("viewer.token"), format!("{TOKEN}\n")).unwrap();
+    let yaml = format!(
+        "{}admin:\n  tls: {{ cert: admin.pem, key: admin.key }}\n  tokens:\n    \
+         - {{ name: viewer, file: viewer.token, role: read }}\n",
+        with_admin(&steerdns_yaml(), None)
+    );
+    std::fs::write(dir.path().join("steerdns.yaml"), yaml).unwrap();
+    let h = Harness::in_dir(dir).await;
+    const API: &str = "api.tm.example.test.";
+
+    b.open_https(h.admin()).await;
+    let v = b.wait_for("the token form", |v| v["state"] == "login").await;
+    assert_eq!(v["protocol"], "https:");
+    b.type_into("#token", TOKEN).await;
+    b.click("#token-submit").await;
+    b.wait_for("the profiles over HTTPS", |v| v["state"] == "live" && row(v, API).is_some()).await;
+    b.click(&format!(r#"tbody[data-key="{API}"] button.toggle"#)).await;
+    // A read token is offered no button that changes state, and the header says why.
+    let v = b
+        .wait_for("site-a's row, read-only", |v| {
+            v["readOnly"] == true && endpoint(v, API, "site-a").is_some_and(|e| e["probe"] != "")
+        })
+        .await;
+    let buttons: Vec<&Value> = row(&v, API).unwrap()["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["button"])
+        .collect();
+    assert!(buttons.iter().all(|b| *b == ""), "{v}");
+    assert!(
+        b.client.find(Locator::Css("button.drain")).await.is_err(),
+        "a Drain button is offered"
+    );
+
+    b.assert_no_console_error(&[401]).await;
     b.close().await;
     h.stop().await;
 }
@@ -696,12 +852,13 @@ async fn ten_thousand_profiles_load_a_page_at_a_time() {
     b.type_into("#filter", "p9876.").await;
     b.wait_for("one profile", |v| row_names(v) == ["p9876.tm.example.test."]).await;
 
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     h.stop().await;
 }
 
-/// The README's picture: a few profiles with traffic, one endpoint down and open.
+/// The README's picture: a few profiles with traffic, one endpoint down and open (its
+/// profile failed over), one drained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn screenshot() {
     let Some(mut b) = Browser::start().await else { return };
@@ -726,14 +883,21 @@ async fn screenshot() {
     b.open(h.admin()).await;
     b.wait_for("shop online", |v| row(v, SHOP).is_some_and(|r| r["status"] == "online")).await;
     down.stop().await;
+    // Traffic once eu-west failed, so that the minute's shares are all us-east's.
+    b.wait_for("shop failed over", |v| row(v, SHOP).is_some_and(|r| r["failover"] == true)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let loads = ["api", "www", "shop", "pool"].map(|n| traffic(&h, n, stop.clone()));
+    let r = http_post(h.admin(), "/api/v1/profiles/pool/endpoints/d/drain", None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
     b.click(&format!(r#"tbody[data-key="{SHOP}"] button.toggle"#)).await;
     b.wait_for("shop's split and failed endpoint", |v| {
         endpoint(v, SHOP, "eu-west").is_some_and(|e| e["status"] == "degraded")
             && row(v, SHOP).is_some_and(|r| r["split"].as_str().unwrap().contains("us-east 100%"))
-            && row(v, "api.tm.example.test.")
-                .is_some_and(|r| r["split"].as_str().unwrap().contains('%'))
+            && row(v, SHOP).is_some_and(|r| r["failover"] == true)
+            && row(v, "pool.tm.example.test.").is_some_and(|r| {
+                r["split"].as_str().unwrap().contains('%')
+                    && r["counts"].as_str().unwrap().contains("1 drained (d)")
+            })
     })
     .await;
     b.client.set_window_size(1200, 900).await.expect("window size");
@@ -750,7 +914,7 @@ async fn screenshot() {
         std::fs::write(&path, &png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         eprintln!("wrote {} ({} bytes, {width} px wide)", path.display(), png.len());
     }
-    b.assert_no_console_error(false).await;
+    b.assert_no_console_error(&[]).await;
     b.close().await;
     up.stop().await;
     h.stop().await;

@@ -145,3 +145,54 @@ async fn a_client_that_never_reads_is_dropped() {
     assert!(answered(&mut other).await, "others are still answered");
     h.stop().await;
 }
+
+/// Connections in the table for `accepts_per_second_at_the_cap`: the client ends of these
+/// and the server's share this process's descriptors.
+const BENCH_TABLE: usize = 6000;
+/// Newcomers timed against the full table, each evicting one.
+const BENCH_NEWCOMERS: usize = 3000;
+/// Clients connecting at once.
+const BENCH_CLIENTS: usize = 4;
+
+/// Not a test: how many connections a full table admits per second (each one evicts the
+/// longest idle). Prints the figure; run with
+/// `cargo test --release --test tcp_limits accepts_per_second -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test"]
+async fn accepts_per_second_at_the_cap() {
+    let keys = format!(
+        "  tcp_max_connections: {BENCH_TABLE}\n  tcp_per_source: 1000000\n  tcp_idle_timeout: 1h\n"
+    );
+    let h = start(&keys).await;
+    let mut held = Vec::with_capacity(BENCH_TABLE);
+    for _ in 0..BENCH_TABLE {
+        let mut s = connect_from("127.0.0.1", h.addr).await;
+        assert!(answered(&mut s).await, "admitted while the table fills");
+        held.push(s);
+    }
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for c in 0..BENCH_CLIENTS {
+        let addr = h.addr;
+        clients.push(tokio::spawn(async move {
+            let from = format!("127.0.1.{}", c + 1);
+            let mut kept = Vec::with_capacity(BENCH_NEWCOMERS / BENCH_CLIENTS);
+            for _ in 0..BENCH_NEWCOMERS / BENCH_CLIENTS {
+                let mut s = connect_from(&from, addr).await;
+                assert!(answered(&mut s).await, "a newcomer is served");
+                kept.push(s);
+            }
+            kept
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let took = started.elapsed();
+    let rate = BENCH_NEWCOMERS as f64 / took.as_secs_f64();
+    eprintln!(
+        "{BENCH_NEWCOMERS} connections admitted into a full table of {BENCH_TABLE} in {took:?}: {rate:.0} accepts/s"
+    );
+    drop(held);
+    h.stop().await;
+}

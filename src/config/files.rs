@@ -290,11 +290,20 @@ fn parse_piece(file: &Arc<Path>, piece: &str, line: u32, read: &mut FileRead) {
             return;
         }
         let mut reader = std::io::Cursor::new(piece.as_bytes());
+        let mut failed = Vec::new();
         for doc in serde_saphyr::read::<_, RawProfile>(&mut reader) {
             match doc {
                 Ok(raw) => read.docs.push(source(raw)),
-                Err(e) => read.errors.push(shifted(from_yaml(file, &e), line)),
+                Err(e) => failed.push(e),
             }
+        }
+        // Layout mistakes, when the piece has any, stand for the parser's errors: those are
+        // where it stumbled after them (see `diag::yaml_errors`).
+        match failed.first() {
+            Some(first) if failed.len() == 1 => {
+                read.errors.extend(diag::yaml_errors(file, piece, line, first));
+            }
+            _ => read.errors.extend(failed.iter().map(|e| shifted(from_yaml(file, e), line))),
         }
     });
 }

@@ -21,17 +21,11 @@ const MAX_COMPILED: usize = 64;
 pub fn compile(world: &World, profiles: &mut [Profile]) {
     let mut done: HashMap<ByRegion, Arc<Classes>> = HashMap::new();
     for p in profiles {
-        let endpoints = &p.endpoints;
+        let serving = serving(p);
         let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut p.rules else {
             continue;
         };
-        let serving;
-        let by_region = if endpoints.iter().any(|e| e.drained) {
-            serving = by_region.filtered(|i| endpoints[i].enabled);
-            &serving
-        } else {
-            &*by_region
-        };
+        let by_region = serving.as_ref().unwrap_or(by_region);
         // Every profile is set, also one taken over from the previous configuration, whose
         // trie was compiled against the previous database (or one now removed).
         compiled.0 = match (&world.db, done.get(by_region)) {
@@ -46,4 +40,33 @@ pub fn compile(world: &World, profiles: &mut [Profile]) {
             }
         };
     }
+}
+
+/// `compile` for `after`, a copy of `before` with other overrides: it keeps `before`'s
+/// trie when the mapping its serving endpoints make is the same, else gets one of its own.
+/// Answers are the same with or without a trie, which only shortens the walk.
+pub fn recompile(world: &World, before: &Profile, after: &mut Profile) {
+    let same = serving(before) == serving(after);
+    let serving = serving(after);
+    let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut after.rules else {
+        return;
+    };
+    if same {
+        return;
+    }
+    let by_region = serving.as_ref().unwrap_or(by_region);
+    compiled.0 = match &world.db {
+        Some(db) if !*fallback_on_degraded => {
+            Some(Arc::new(db.places().classify(&world.classes_of(by_region))))
+        }
+        _ => None,
+    };
+}
+
+/// The mapping of a geographic profile without the codes of its drained endpoints, when
+/// it has any (`None`: the mapping as configured).
+fn serving(p: &Profile) -> Option<ByRegion> {
+    let Rules::Geographic { by_region, .. } = &p.rules else { return None };
+    let endpoints = &p.endpoints;
+    endpoints.iter().any(|e| e.drained).then(|| by_region.filtered(|i| endpoints[i].enabled))
 }

@@ -6,9 +6,10 @@
 //! reload takes over the profiles of unchanged documents from the running snapshot
 //! (`files`, `reuse`). Profile documents in the usual shapes are read by a quick reader
 //! (`yaml`) that leaves everything else, errors included, to serde-saphyr. Run-time
-//! overrides (`overrides`) are applied to every load; `rebuild` applies changed ones to
-//! the running configuration without reading any file.
+//! overrides (`overrides`) are applied to every load; `patch` applies changed ones to
+//! the running configuration without reading any file (`rebuild` does it the long way).
 
+pub mod admin_tls;
 mod check;
 pub mod cluster;
 mod cookies;
@@ -28,6 +29,7 @@ pub mod raw;
 pub mod remote;
 mod reuse;
 mod rules;
+mod rum;
 pub mod schema;
 mod world;
 mod yaml;
@@ -42,7 +44,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use crate::diag::{ConfigError, ConfigErrors};
 
-use crate::diag::{self, Limit, Sink, from_yaml};
+use crate::diag::{self, Limit, Sink, yaml_errors};
 use files::Doc;
 pub use overrides::{Dropped, Override, Overrides};
 use raw::{Loc, RawListen, RawServer};
@@ -52,7 +54,9 @@ use reuse::Reuse;
 use crate::geo::World;
 use crate::model::cluster::ClusterSettings;
 use crate::model::health::{HealthTable, Status};
-use crate::model::snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
+use crate::model::snapshot::{
+    AdminLimits, AdminTls, AdminToken, Listen, Snapshot, TcpLimits, TokenRole,
+};
 use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
 
@@ -137,7 +141,7 @@ pub fn load_from(
 pub fn cluster_settings(path: &Path) -> Result<Option<ClusterSettings>, ConfigErrors> {
     let text = diag::read_file(path, CONFIG_FILE_LIMIT)?;
     let raw: RawServer =
-        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
+        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(yaml_errors(path, &text, 0, &e)))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut errors = Vec::new();
     let settings = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
@@ -165,7 +169,7 @@ fn load_with(
     let mut errors = Vec::new();
     let text = diag::read_file(path, CONFIG_FILE_LIMIT)?;
     let raw: RawServer =
-        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(vec![from_yaml(path, &e)]))?;
+        serde_saphyr::from_str(&text).map_err(|e| ConfigErrors(yaml_errors(path, &text, 0, &e)))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut keys = dnssec::KeyWatch::default();
     let (listen, mut zones, world, profiles_dir, limits) =
@@ -176,6 +180,8 @@ fn load_with(
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
     let cluster = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let probe_source = probe::build(&mut Sink { file: path, errors: &mut errors }, &raw);
+    let rum = rum::build(&mut Sink { file: path, errors: &mut errors }, raw.rum.as_ref(), &world)
+        .map(Arc::new);
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {
         ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
@@ -252,7 +258,8 @@ fn load_with(
     let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
     let cluster = cluster.map(Arc::new);
     let world = Arc::new(world);
-    let parts = Parts { listen, zones, world, cookies, rate_limit, dnstap, cluster, probe_source };
+    let parts =
+        Parts { listen, zones, world, cookies, rate_limit, dnstap, cluster, probe_source, rum };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
@@ -269,7 +276,7 @@ fn load_with(
 /// slots, compiled mappings, zone serials and the generation are done as a load does them.
 pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
     let prev = previous.snapshot;
-    let mut profiles = prev.profiles.clone();
+    let mut profiles: Vec<Profile> = prev.profiles.iter().map(|p| Profile::clone(p)).collect();
     let (kept, dropped) = overrides::apply(&mut profiles, overrides);
     let parts = Parts {
         listen: prev.listen.clone(),
@@ -280,8 +287,24 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         dnstap: prev.dnstap.clone(),
         cluster: prev.cluster.clone(),
         probe_source: prev.probe_source,
+        rum: prev.rum.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
+    let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
+    Loaded { snapshot, cache, dropped }
+}
+
+/// `rebuild`, made by patching: only the profiles whose overrides differ from those the
+/// running configuration applied are copied and set again, the rest is shared (see
+/// `Snapshot::patched`). Serves the same answers as `rebuild` with the same overrides.
+pub fn patch(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
+    let prev = previous.snapshot;
+    let (mut replaced, kept, dropped) =
+        overrides::patch(prev, &previous.cache.overrides, overrides);
+    for (id, p) in &mut replaced {
+        geographic::recompile(&prev.world, &prev.profiles[*id], p);
+    }
+    let snapshot = prev.patched(replaced, unix_now());
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
     Loaded { snapshot, cache, dropped }
 }
@@ -296,12 +319,13 @@ struct Parts {
     dnstap: Option<crate::model::snapshot::Dnstap>,
     cluster: Option<Arc<ClusterSettings>>,
     probe_source: crate::model::snapshot::ProbeSource,
+    rum: Option<Arc<crate::geo::rum::RumSettings>>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
 /// then the whole.
 fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
-    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster, probe_source } =
+    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster, probe_source, rum } =
         parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
@@ -317,6 +341,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.dnstap = dnstap;
     snapshot.cluster = cluster;
     snapshot.probe_source = probe_source;
+    snapshot.rum = rum;
     snapshot
 }
 
@@ -341,6 +366,7 @@ fn server(
     let mut listen = listen(sink, raw);
     listen.admin_tokens = admin_tokens(sink, raw, base);
     listen.admin_limits = admin_limits(sink, raw);
+    listen.admin_tls = admin_tls(sink, raw, base);
     check_admin_exposure(sink, raw, &listen);
     let now = unix_now();
     let zones: Vec<Zone> = raw
@@ -368,6 +394,7 @@ pub struct Limits {
     pub profiles_total: Limit,
     pub zone_file: Limit,
     pub latency_table: Limit,
+    pub geo_database: Limit,
 }
 
 impl Default for Limits {
@@ -378,6 +405,7 @@ impl Default for Limits {
             profiles_total: Limit { bytes: 256 << 20, set_by: "limits.profiles_total" },
             zone_file: Limit { bytes: 64 << 20, set_by: "limits.zone_file" },
             latency_table: crate::geo::LatencyTable::DEFAULT_LIMIT,
+            geo_database: crate::geo::GeoDb::DEFAULT_LIMIT,
         }
     }
 }
@@ -398,6 +426,7 @@ fn limits(sink: &mut Sink<'_>, raw: &RawServer) -> Limits {
         (&l.profiles_total, &mut out.profiles_total),
         (&l.zone_file, &mut out.zone_file),
         (&l.latency_table, &mut out.latency_table),
+        (&l.geo_database, &mut out.geo_database),
     ];
     for (value, limit) in keys {
         if let Some(v) = value
@@ -520,7 +549,7 @@ fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminT
     if let Some(file) = &admin.token_file {
         names.push(TOKEN_FILE_NAME);
         if let Some(secret) = admin_token(sink, file, base) {
-            out.push(AdminToken { name: TOKEN_FILE_NAME.into(), secret });
+            out.push(AdminToken { name: TOKEN_FILE_NAME.into(), secret, role: TokenRole::Write });
         }
     }
     for t in admin.tokens.iter().flat_map(|list| &list.value) {
@@ -547,6 +576,7 @@ fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminT
             sink.on(name, format!("two admin tokens are named {:?}{why}", name.value));
         }
         names.push(&name.value);
+        let role = token_role(sink, t.value.role.as_ref());
         let Some(secret) = admin_token(sink, &t.value.file, base) else { continue };
         if let Some(same) = out.iter().find(|o| o.secret == secret) {
             sink.on(
@@ -555,9 +585,36 @@ fn admin_tokens(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Vec<AdminT
             );
             continue;
         }
-        out.push(AdminToken { name: name.value.clone(), secret });
+        out.push(AdminToken { name: name.value.clone(), secret, role });
     }
     out
+}
+
+/// `admin.tokens[].role`: `write` when absent, as every token was before roles existed.
+fn token_role(sink: &mut Sink<'_>, role: Option<&Loc<String>>) -> TokenRole {
+    match role.map(|r| (r, r.value.as_str())) {
+        None | Some((_, "write")) => TokenRole::Write,
+        Some((_, "read")) => TokenRole::Read,
+        Some((r, other)) => {
+            sink.on(r, format!("token role {other:?} must be read or write"));
+            TokenRole::Write
+        }
+    }
+}
+
+/// `admin.tls`: the paths, resolved, once the pair in them is known to load, so that a
+/// start or a reload with a broken pair fails with the file named.
+fn admin_tls(sink: &mut Sink<'_>, raw: &RawServer, base: &Path) -> Option<AdminTls> {
+    let tls = &raw.admin.as_ref()?.tls.as_ref()?.value;
+    let out = AdminTls { cert: base.join(&tls.cert.value), key: base.join(&tls.key.value) };
+    match admin_tls::load_pair(&out.cert, &out.key) {
+        Ok(_) => {}
+        Err(e) => {
+            let at = if e.in_key() { &tls.key } else { &tls.cert };
+            sink.on(at, e.to_string());
+        }
+    }
+    Some(out)
 }
 
 /// An admin token read from `file` (surrounding whitespace ignored).
@@ -652,7 +709,8 @@ fn attach_profiles(
 ) {
     for (id, p) in profiles.iter().enumerate() {
         let zone = &mut zones[p.zone];
-        let node = zone.nodes.entry(p.wire.clone()).or_default();
+        let nodes = Arc::make_mut(&mut zone.nodes);
+        let node = nodes.entry(p.wire.clone()).or_default();
         if !node.rrsets.is_empty() {
             let src = &sources[origin_doc[id]];
             errors.push(ConfigError {
@@ -665,9 +723,8 @@ fn attach_profiles(
             });
         }
         node.profile = Some(id);
-        let origin = zone.origin.clone();
-        for anc in p.wire.ancestors_below(&origin) {
-            zone.nodes.entry(anc).or_default();
+        for anc in p.wire.ancestors_below(&zone.origin) {
+            nodes.entry(anc).or_default();
         }
     }
 }
@@ -728,16 +785,7 @@ fn fingerprint<'a>(zone: &Zone, profiles: impl Iterator<Item = &'a Profile>) -> 
             (t.publish, t.activate, t.inactive, t.delete).hash(&mut h);
         }
     }
-    for p in profiles {
-        (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
-            .hash(&mut h);
-        // The method's rules decide answers too: a geo code or subnet moved to another
-        // endpoint must bump the serial like an address change does.
-        p.rules.hash(&mut h);
-        for e in &p.endpoints {
-            (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
-                .hash(&mut h);
-        }
-    }
-    h.finish()
+    // Order-independent too, so that a patch of one profile can update it.
+    let profiles = profiles.fold(0u64, |sum, p| sum.wrapping_add(p.answer_hash()));
+    h.finish().wrapping_add(profiles)
 }

@@ -5,7 +5,7 @@
 //! (`state_file:`), read at every load and rewritten whole on every change; in a cluster,
 //! in etcd, with the state file as the local copy a start reads while etcd is unreachable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::Path;
 
@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::profiles::weight_range;
 use crate::diag::{ConfigError, Limit, Pos};
-use crate::model::Profile;
+use crate::model::events::{Event, Kind};
+use crate::model::{Endpoint, Profile, ProfileId, Snapshot};
 use crate::wire::name::WireName;
 
 /// A state file holds a few lines per override; a larger one is a mistake.
@@ -85,12 +86,7 @@ pub struct Dropped {
 /// overrides), then gets its override. Returns the overrides that applied, and the parts
 /// that did not.
 pub fn apply(profiles: &mut [Profile], overrides: &Overrides) -> (Overrides, Vec<Dropped>) {
-    for ep in profiles.iter_mut().flat_map(|p| p.endpoints.iter_mut()) {
-        ep.enabled = ep.configured_enabled;
-        ep.weight = ep.configured_weight;
-        ep.drained = false;
-        ep.weight_override = None;
-    }
+    profiles.iter_mut().for_each(reset);
     let mut kept = Overrides::default();
     let mut dropped = Vec::new();
     if overrides.is_empty() {
@@ -104,38 +100,115 @@ pub fn apply(profiles: &mut [Profile], overrides: &Overrides) -> (Overrides, Vec
             *id = i;
         }
     }
-    let mut drop = |profile: &str, endpoint: &str, what: Override, reason: String| {
-        dropped.push(Dropped {
-            profile: profile.to_string(),
-            endpoint: endpoint.to_string(),
-            dropped: what,
-            reason,
-        });
-    };
-    for (profile, endpoint, mut o) in overrides.iter() {
-        let Some(&id) = ids.get(profile).filter(|&&id| id != usize::MAX) else {
-            drop(profile, endpoint, o, "the profile is no longer in the configuration".into());
-            continue;
-        };
-        let p = &mut profiles[id];
-        let (method, endpoints) = (p.method, &mut p.endpoints);
-        let Some(ep) = endpoints.iter_mut().find(|e| e.name == endpoint) else {
-            drop(profile, endpoint, o, "the endpoint is no longer in the profile".into());
-            continue;
-        };
-        if let Some(w) = o.weight
-            && let Err(reason) = check_weight(method, w)
-        {
-            drop(profile, endpoint, Override { drained: false, weight: Some(w) }, reason);
-            o.weight = None;
+    for (profile, endpoint, o) in overrides.iter() {
+        let id = ids.get(profile).copied().filter(|&id| id != usize::MAX);
+        let p = id.map(|id| &mut profiles[id]);
+        if let Some((at, o)) = fit(p.as_deref(), profile, endpoint, o, &mut dropped) {
+            if let Some(p) = p {
+                set(&mut p.endpoints[at], o);
+            }
+            kept.set(profile, endpoint, o);
         }
-        ep.drained = o.drained;
-        ep.enabled = ep.configured_enabled && !o.drained;
-        ep.weight_override = o.weight;
-        ep.weight = o.weight.unwrap_or(ep.configured_weight);
-        kept.set(profile, endpoint, o);
     }
     (kept, dropped)
+}
+
+/// `apply` for the profiles of `snapshot`, which carry `applied` already: only the
+/// profiles where `applied` and `overrides` differ are copied and set again, so the cost
+/// grows with the overrides, not with the configuration. Returns those profiles by id (for
+/// `Snapshot::patched`), and what `apply` returns.
+pub fn patch(
+    snapshot: &Snapshot,
+    applied: &Overrides,
+    overrides: &Overrides,
+) -> (Vec<(ProfileId, Profile)>, Overrides, Vec<Dropped>) {
+    // `apply` matches names exactly; the snapshot's index ignores case.
+    let id_of = |name: &str| {
+        let id = snapshot.profile_by_name(&WireName::parse(name).ok()?)?;
+        (snapshot.profiles[id].name == name).then_some(id)
+    };
+    let changed: BTreeSet<&str> = (applied.iter().chain(overrides.iter()))
+        .filter(|&(p, e, _)| applied.get(p, e) != overrides.get(p, e))
+        .map(|(p, _, _)| p)
+        .collect();
+    let mut copies: BTreeMap<&str, (ProfileId, Profile)> = BTreeMap::new();
+    for name in changed {
+        if let Some(id) = id_of(name) {
+            let mut p = Profile::clone(&snapshot.profiles[id]);
+            reset(&mut p);
+            copies.insert(name, (id, p));
+        }
+    }
+    let mut kept = Overrides::default();
+    let mut dropped = Vec::new();
+    for (profile, endpoint, o) in overrides.iter() {
+        let fitted = match copies.get_mut(profile) {
+            Some((_, p)) => {
+                let fitted = fit(Some(p), profile, endpoint, o, &mut dropped);
+                if let Some((at, o)) = fitted {
+                    set(&mut p.endpoints[at], o);
+                }
+                fitted
+            }
+            None => {
+                let p = id_of(profile).map(|id| &*snapshot.profiles[id]);
+                fit(p, profile, endpoint, o, &mut dropped)
+            }
+        };
+        if let Some((_, o)) = fitted {
+            kept.set(profile, endpoint, o);
+        }
+    }
+    (copies.into_values().collect(), kept, dropped)
+}
+
+/// Undoes every override of `p`: its endpoints as the configuration says.
+fn reset(p: &mut Profile) {
+    for ep in &mut p.endpoints {
+        ep.enabled = ep.configured_enabled;
+        ep.weight = ep.configured_weight;
+        ep.drained = false;
+        ep.weight_override = None;
+    }
+}
+
+/// What of override `o` of `endpoint` in `profile` (`p`, when the configuration has it)
+/// applies: the endpoint's index and the override without the parts that cannot apply,
+/// which go to `dropped` with the reason.
+fn fit(
+    p: Option<&Profile>,
+    profile: &str,
+    endpoint: &str,
+    mut o: Override,
+    dropped: &mut Vec<Dropped>,
+) -> Option<(usize, Override)> {
+    let mut drop = |what: Override, reason: String| {
+        let (profile, endpoint) = (profile.to_string(), endpoint.to_string());
+        dropped.push(Dropped { profile, endpoint, dropped: what, reason });
+    };
+    let Some(p) = p else {
+        drop(o, "the profile is no longer in the configuration".into());
+        return None;
+    };
+    let Some(at) = p.endpoints.iter().position(|e| e.name == endpoint) else {
+        drop(o, "the endpoint is no longer in the profile".into());
+        return None;
+    };
+    if let Some(w) = o.weight
+        && let Err(reason) = check_weight(p.method, w)
+    {
+        drop(Override { drained: false, weight: Some(w) }, reason);
+        o.weight = None;
+    }
+    Some((at, o))
+}
+
+/// Puts the (fitting) override `o` on `ep`.
+fn set(ep: &mut Endpoint, o: Override) {
+    ep.drained = o.drained;
+    ep.enabled = ep.configured_enabled && !o.drained;
+    ep.weight_override = o.weight;
+    ep.weight = o.weight.unwrap_or(ep.configured_weight);
 }
 
 /// Whether a profile routed by `method` takes `weight` as an endpoint's weight; `Err` says
@@ -151,12 +224,69 @@ pub fn check_weight(method: crate::model::Method, weight: u32) -> Result<(), Str
     }
 }
 
-/// The state file as written: a version and a list, so that it diffs and reads well.
+/// The state file as written: a version and a list, so that it diffs and reads well;
+/// then the recent events, so that the status page can explain the overrides after a
+/// restart.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StateFile {
     version: u32,
     overrides: Vec<Entry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    events: Vec<SavedEvent>,
+}
+
+/// One event as the state file keeps it (`GET /api/v1/events` shows it the same way).
+#[derive(Serialize, Deserialize)]
+struct SavedEvent {
+    seq: u64,
+    /// RFC 3339, UTC, whole seconds.
+    time: String,
+    kind: String,
+    profile: String,
+    endpoint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    by: Option<String>,
+}
+
+impl SavedEvent {
+    fn of(e: &Event) -> SavedEvent {
+        SavedEvent {
+            seq: e.seq,
+            time: humantime::format_rfc3339_seconds(e.time).to_string(),
+            kind: e.kind.as_str().to_string(),
+            profile: e.profile.clone(),
+            endpoint: e.endpoint.clone(),
+            from: e.from.clone(),
+            to: e.to.clone(),
+            reason: e.reason.clone(),
+            by: e.by.clone(),
+        }
+    }
+
+    /// `None` for a kind or time this version does not know: an event is worth less than
+    /// a start.
+    fn event(self) -> Option<Event> {
+        let kind = Kind::parse(&self.kind)?;
+        let time = humantime::parse_rfc3339(&self.time).ok()?;
+        Some(Event {
+            seq: self.seq,
+            time,
+            kind,
+            profile: self.profile,
+            endpoint: self.endpoint,
+            from: self.from,
+            to: self.to,
+            reason: self.reason,
+            by: self.by,
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -178,6 +308,16 @@ pub fn read(path: &Path) -> Result<Option<Overrides>, ConfigError> {
         Err(crate::diag::FileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(error(Pos::default(), format!("cannot read the state file: {e}"))),
     }
+}
+
+/// The events kept in the state file at `path`, oldest first; none when it is missing or
+/// unreadable (a load reports an unreadable one).
+pub fn read_events(path: &Path) -> Vec<Event> {
+    let Ok(text) = crate::diag::read_limited(path, STATE_FILE_LIMIT) else { return Vec::new() };
+    let Ok(file) = serde_json::from_str::<StateFile>(&text) else { return Vec::new() };
+    let mut events: Vec<Event> = file.events.into_iter().filter_map(SavedEvent::event).collect();
+    events.sort_by_key(|e| e.seq);
+    events
 }
 
 /// The overrides in a state file's text; `Err` has the position and the message.
@@ -213,24 +353,25 @@ pub fn parse(text: &str) -> Result<Overrides, (Pos, String)> {
     Ok(out)
 }
 
-/// The state file's text for `overrides`.
-pub fn to_text(overrides: &Overrides) -> String {
+/// The state file's text for `overrides` and `events`.
+pub fn to_text(overrides: &Overrides, events: &[Event]) -> String {
     let entries = overrides.iter().map(|(p, e, o)| Entry {
         profile: p.to_string(),
         endpoint: e.to_string(),
         drained: o.drained,
         weight: o.weight,
     });
-    let file = StateFile { version: VERSION, overrides: entries.collect() };
+    let events = events.iter().map(SavedEvent::of).collect();
+    let file = StateFile { version: VERSION, overrides: entries.collect(), events };
     let mut text = serde_json::to_string_pretty(&file).expect("the state serializes");
     text.push('\n');
     text
 }
 
-/// Writes `overrides` to `path` so that a crash at any point leaves either the old file
-/// or the new one whole: a temporary file beside it, flushed to disk, renamed over it,
-/// and the directory flushed so the rename itself survives a power loss.
-pub fn save(path: &Path, overrides: &Overrides) -> std::io::Result<()> {
+/// Writes `overrides` and `events` to `path` so that a crash at any point leaves either
+/// the old file or the new one whole: a temporary file beside it, flushed to disk, renamed
+/// over it, and the directory flushed so the rename itself survives a power loss.
+pub fn save(path: &Path, overrides: &Overrides, events: &[Event]) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "the state file has no file name")
@@ -240,7 +381,7 @@ pub fn save(path: &Path, overrides: &Overrides) -> std::io::Result<()> {
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(to_text(overrides).as_bytes())?;
+    f.write_all(to_text(overrides, events).as_bytes())?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)?;
@@ -270,7 +411,8 @@ mod tests {
             })
             .collect();
         std::fs::write(dir.path().join("profiles/p.yaml"), docs.join("---\n")).unwrap();
-        crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot.profiles
+        let loaded = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
+        loaded.snapshot.profiles.iter().map(|p| Profile::clone(p)).collect()
     }
 
     fn set(list: &[(&str, &str, bool, Option<u32>)]) -> Overrides {
@@ -372,7 +514,7 @@ mod tests {
             ("www.tm.example.test.", "a", true, None),
             ("api.tm.example.test.", "b", false, Some(5)),
         ]);
-        let text = to_text(&o);
+        let text = to_text(&o, &[]);
         assert_eq!(parse(&text), Ok(o));
         let upper = r#"{"version":1,"overrides":[{"profile":"WWW.tm.example.test.","endpoint":"a","drained":true}]}"#;
         assert_eq!(parse(upper), Ok(set(&[("www.tm.example.test.", "a", true, None)])));
@@ -388,7 +530,7 @@ mod tests {
             ),
             (
                 r#"{"version":1,"overrides":[],"x":1}"#,
-                "the state file is not valid: unknown field `x`, expected `version` or `overrides` at line 1 column 31",
+                "the state file is not valid: unknown field `x`, expected one of `version`, `overrides`, `events` at line 1 column 31",
             ),
             (
                 r#"{"version":1,"overrides":[{"profile":"www","endpoint":"a"}]}"#,
@@ -412,9 +554,9 @@ mod tests {
         let path = dir.path().join("state.json");
         assert_eq!(read(&path), Ok(None));
         let o = set(&[("www.tm.example.test.", "a", true, Some(2))]);
-        save(&path, &o).unwrap();
+        save(&path, &o, &[]).unwrap();
         assert_eq!(read(&path), Ok(Some(o)));
-        save(&path, &Overrides::default()).unwrap();
+        save(&path, &Overrides::default(), &[]).unwrap();
         assert_eq!(read(&path), Ok(Some(Overrides::default())));
         let names: Vec<_> =
             std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -423,5 +565,32 @@ mod tests {
         let e = read(&path).unwrap_err();
         assert_eq!(e.file, path);
         assert!(e.message.starts_with("the state file is not valid"), "{e}");
+    }
+
+    #[test]
+    fn events_round_trip_beside_the_overrides_and_unknown_ones_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        assert!(read_events(&path).is_empty(), "a missing file holds no events");
+        let at = humantime::parse_rfc3339("2026-12-01T18:00:00Z").unwrap();
+        let mut drain = Event::new(Kind::Drain, "www.tm.example.test.", "a").by("alice");
+        (drain.seq, drain.time) = (7, at);
+        let mut status = Event::new(Kind::Status, "www.tm.example.test.", "b")
+            .change("online", "degraded")
+            .reason("connection refused");
+        (status.seq, status.time) = (8, at);
+        let o = set(&[("www.tm.example.test.", "a", true, None)]);
+        save(&path, &o, &[drain.clone(), status.clone()]).unwrap();
+        assert_eq!(read(&path), Ok(Some(o)));
+        assert_eq!(read_events(&path), [drain, status]);
+        // A newer steerdns's kind, and a file of an older one without events.
+        let text = r#"{"version":1,"overrides":[],"events":[
+            {"seq":3,"time":"2026-12-01T18:00:00Z","kind":"teleport","profile":"p.","endpoint":"e"},
+            {"seq":2,"time":"2026-12-01T17:00:00Z","kind":"undrain","profile":"p.","endpoint":"e","by":"bob"}]}"#;
+        std::fs::write(&path, text).unwrap();
+        let kept: Vec<(u64, Kind)> = read_events(&path).iter().map(|e| (e.seq, e.kind)).collect();
+        assert_eq!(kept, [(2, Kind::Undrain)]);
+        std::fs::write(&path, r#"{"version":1,"overrides":[]}"#).unwrap();
+        assert!(read_events(&path).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hickory_proto::rr::Name;
 
@@ -91,7 +92,7 @@ fn resolve_name(
 /// its source document.
 pub fn build_all(
     sources: &[Source],
-    prev: &[Profile],
+    prev: &[Arc<Profile>],
     zones: &[Zone],
     world: &World,
     errors: &mut Vec<ConfigError>,
@@ -112,7 +113,7 @@ pub fn build_all(
 
 /// What building one profile reads besides its own document.
 struct Context<'a> {
-    prev: &'a [Profile],
+    prev: &'a [Arc<Profile>],
     zones: &'a [Zone],
     sole_origin: Option<&'a Name>,
     world: &'a World,
@@ -130,7 +131,7 @@ impl Context<'_> {
             }
             Doc::Reused(old) => reuse::take_over(self.prev, *old, ids).unwrap_or_else(|e| {
                 sink.at(Pos::default(), e);
-                self.prev[*old].clone()
+                Profile::clone(&self.prev[*old])
             }),
         }
     }
@@ -182,7 +183,7 @@ struct Names {
 
 fn name_all(
     sources: &[Source],
-    prev: &[Profile],
+    prev: &[Arc<Profile>],
     zones: &[Zone],
     sole_origin: Option<&Name>,
     errors: &mut Vec<ConfigError>,

@@ -17,7 +17,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 
 use super::schema::{
     DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
-    RoutingMethod, SourceAddress, Target,
+    RoutingMethod, SourceAddress, Target, TokenRoleName,
 };
 
 use crate::diag::{Located, Pos};
@@ -55,6 +55,8 @@ pub struct RawServer {
     pub state_file: Option<Loc<String>>,
     /// How health probes connect.
     pub probe: Option<RawProbe>,
+    /// Real user measurements: a beacon in web pages measures each region's round trip.
+    pub rum: Option<Loc<RawRum>>,
 }
 
 /// `probe:`: settings of every health probe.
@@ -211,6 +213,20 @@ pub struct RawAdmin {
     /// between requests (default 10s).
     #[schemars(with = "Option<DurationText>")]
     pub header_read_timeout: Option<Loc<String>>,
+    /// Serve the admin API over HTTPS with this certificate and key (PEM files, read
+    /// again when they change).
+    pub tls: Option<Loc<RawAdminTls>>,
+}
+
+/// `admin.tls:`: the admin API's certificate and key.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "AdminTls")]
+pub struct RawAdminTls {
+    /// PEM file holding the certificate chain, the server's certificate first.
+    pub cert: Loc<String>,
+    /// PEM file holding the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: Loc<String>,
 }
 
 /// One of `admin.tokens`: a name and the file holding its token.
@@ -222,6 +238,10 @@ pub struct RawToken {
     pub name: Loc<String>,
     /// File holding the token (surrounding white space ignored).
     pub file: Loc<String>,
+    /// `read`: the token may only look (GET calls); `write` (the default): it may also
+    /// drain, set weights and reload.
+    #[schemars(with = "Option<TokenRoleName>")]
+    pub role: Option<Loc<String>>,
 }
 
 /// `rate_limit:`: response rate limiting of UDP answers.
@@ -303,6 +323,67 @@ pub struct RawLatency {
     pub table: Loc<String>,
 }
 
+/// `rum:`: real user measurements (docs/rum.md). A change needs a restart.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Rum")]
+pub struct RawRum {
+    /// Addresses of the public, unauthenticated HTTP listener serving the beacon, its
+    /// configuration and the reports: at least one IP:PORT.
+    #[schemars(with = "Vec<ListenAddress>")]
+    pub listen: Loc<Vec<Loc<String>>>,
+    /// The URLs the beacon times, one per region of the latency table (at least one).
+    pub targets: Loc<Vec<Loc<RawRumTarget>>>,
+    /// Prefix length of the IPv4 client networks measured together: 8..32 (default 24).
+    pub ipv4_prefix: Option<Loc<Int>>,
+    /// Prefix length of the IPv6 client networks measured together: 16..128 (default 48).
+    pub ipv6_prefix: Option<Loc<Int>>,
+    /// Samples a network needs for a region within the window before its time is used:
+    /// 1..16 (default 5).
+    pub min_samples: Option<Loc<Int>>,
+    /// How long a sample counts (default 24h; at least 1s).
+    #[schemars(with = "Option<DurationText>")]
+    pub window: Option<Loc<String>>,
+    /// A sample's weight halves every half-life of age (default 1h; 1s..window).
+    #[schemars(with = "Option<DurationText>")]
+    pub half_life: Option<Loc<String>>,
+    /// The most client networks kept: 1..10000000 (default 100000). One more evicts the
+    /// network least recently reported.
+    pub max_networks: Option<Loc<Int>>,
+    /// Proxies (CIDRs) whose `X-Forwarded-For` header names the client; from any other
+    /// peer the header is ignored.
+    #[serde(default)]
+    #[schemars(with = "Vec<Network>")]
+    pub trusted_proxies: Vec<Loc<String>>,
+    /// Reports one client address may send per minute once its burst is spent:
+    /// 1..100000 (default 30).
+    pub reports_per_minute: Option<Loc<Int>>,
+    /// Reports one client address may send at once: 1..100000 (default 10).
+    pub burst: Option<Loc<Int>>,
+    /// The largest report body: 64 bytes..1MiB (default 4KiB).
+    pub max_report_size: Option<Loc<SizeText>>,
+    /// A network's preferred region changes only when another is faster by at least this
+    /// many milliseconds (and by `margin_percent`): 0..10000 (default 10).
+    pub margin_ms: Option<Loc<f64>>,
+    /// ... and by at least this percentage of the preferred region's time: 0..100
+    /// (default 10).
+    pub margin_percent: Option<Loc<f64>>,
+    /// How often the measured table is rebuilt (default 5s; 100ms..10m).
+    #[schemars(with = "Option<DurationText>")]
+    pub publish_interval: Option<Loc<String>>,
+}
+
+/// One measurement URL of `rum.targets`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "RumTarget")]
+pub struct RawRumTarget {
+    /// The region measured: a region of the latency table.
+    pub region: Loc<String>,
+    /// An http or https URL the browser fetches (a small, uncached object in that region).
+    pub url: Loc<String>,
+}
+
 /// `topology:`: the client networks of each zone, for `routing: zone`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -327,6 +408,8 @@ pub struct RawLimits {
     pub zone_file: Option<Loc<SizeText>>,
     /// The most the latency table may hold (default 128MiB).
     pub latency_table: Option<Loc<SizeText>>,
+    /// The most the geo database may hold (default 512MiB); it is read whole into memory.
+    pub geo_database: Option<Loc<SizeText>>,
 }
 
 /// A size as written, a number or a string; `check::size` gives it meaning.

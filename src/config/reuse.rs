@@ -105,11 +105,11 @@ pub fn content_hash(text: &str) -> u64 {
 /// Clones profile `old` of the previous snapshot with its nested children renumbered to
 /// `ids`; `Err` names a child that no longer exists.
 pub fn take_over(
-    prev: &[Profile],
+    prev: &[Arc<Profile>],
     old: usize,
     ids: &HashMap<WireName, usize>,
 ) -> Result<Profile, String> {
-    let mut p = prev[old].clone();
+    let mut p = Profile::clone(&prev[old]);
     for ep in &mut p.endpoints {
         if let Target::Nested(n) = &mut ep.target {
             let wire = &prev[n.child].wire;

@@ -232,6 +232,12 @@ text_schema!(
     json_schema!({ "type": "string", "enum": ["serve", "fallback"] })
 );
 
+text_schema!(
+    /// `admin.tokens[].role`, as `config::token_role` reads it.
+    TokenRoleName as "TokenRole",
+    json_schema!({ "type": "string", "enum": ["read", "write"] })
+);
+
 /// `routing:`: every method `Method::parse` accepts.
 pub struct RoutingMethod;
 

@@ -12,11 +12,13 @@ use crate::netrange::{Range, RangeMap};
 
 pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path, limits: &Limits) -> World {
     let regions = Regions::builtin();
-    let db = raw.geo.as_ref().and_then(|g| match GeoDb::open(&base.join(&g.database.value)) {
-        Ok(db) => Some(db),
-        Err(e) => {
-            sink.on(&g.database, e.to_string());
-            None
+    let db = raw.geo.as_ref().and_then(|g| {
+        match GeoDb::open_limited(&base.join(&g.database.value), limits.geo_database) {
+            Ok(db) => Some(db),
+            Err(e) => {
+                sink.on(&g.database, e.to_string());
+                None
+            }
         }
     });
     let latency = raw.latency.as_ref().and_then(|l| {

@@ -9,7 +9,7 @@
 //! holds something it does not read exactly as serde-saphyr does (an anchor or alias, a
 //! tag, a null, `yes` or a float where a type is inferred, a duplicate key) or any error
 //! at all, it gives up, and the caller parses the text with serde-saphyr. So values,
-//! positions and every error message stay serde-saphyr's; this is only a shortcut.
+//! positions and every error stay those of the serde-saphyr path; this is only a shortcut.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use hickory_proto::rr::{Name, RecordSet, RecordType, RrKey};
 use hickory_proto::serialize::binary::{BinDecoder, BinEncodable, BinEncoder, Restrict};
@@ -64,6 +65,7 @@ pub fn build(
     add_ancestors(&mut nodes, &origin);
     let dnssec = z.dnssec.as_ref().and_then(|d| dnssec::build(sink, d, &origin, base, now, keys));
     let soa_rdata = soa.rdata(0);
+    let nodes = Arc::new(nodes);
     Some(Zone { origin, soa, serial: 0, ttl, soa_rdata, nodes, fingerprint: 0, dnssec })
 }
 

@@ -1,5 +1,10 @@
 //! The geo database: a MaxMind DB (GeoIP2/GeoLite2 City or Country layout, or one written by
-//! `steerdns geo build`) memory-mapped and asked, per query, where a client address is.
+//! `steerdns geo build`) read into memory and asked, per query, where a client address is.
+//!
+//! The file is read whole, not memory-mapped: a mapped file rewritten in place (`cp`,
+//! `curl -o`) while being served would fault the process (SIGBUS) or change under a lookup.
+//! A file that changes while it is read, or does not parse and walk whole, is an error, so a
+//! half-written database never replaces the one in use.
 //!
 //! Only the fields routing needs are decoded — continent code, country (falling back to the
 //! registered country), the first subdivision, coordinates — into inline `Code`s, skipping the
@@ -17,13 +22,13 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::SystemTime;
 
-use maxminddb::{LookupResult, MaxMindDbError, Mmap, Reader, WithinOptions};
+use maxminddb::{LookupResult, MaxMindDbError, Reader, WithinOptions};
 use serde::Deserialize;
 
 use super::Code;
 use super::places::{Place, Places, PlacesBuilder};
+use crate::diag::{FileError, Limit};
 
 /// Where a client address is, as far as the database knows.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -62,13 +67,19 @@ pub enum GeoError {
         #[source]
         source: MaxMindDbError,
     },
-    /// Not a regular file, or not there: mapping a FIFO or a device would hang or fail.
+    /// Not a regular file, not there, over its size limit, or unreadable.
     #[error("{}: cannot open geo database: {source}", path.display())]
     File {
         path: PathBuf,
         #[source]
         source: crate::diag::FileError,
     },
+    /// Written to while being read: what was read may be half old, half new.
+    #[error(
+        "{}: cannot open geo database: the file changed while it was read (write a new file and rename it over the old one)",
+        path.display()
+    )]
+    Changed { path: PathBuf },
 }
 
 /// A summary of the database's metadata, for the startup log.
@@ -97,7 +108,7 @@ impl fmt::Display for DbInfo {
     }
 }
 
-/// An open, memory-mapped geo database. `Send + Sync`; cheap to clone.
+/// An open geo database, held in memory. `Send + Sync`; cheap to clone.
 #[derive(Clone)]
 pub struct GeoDb {
     inner: Arc<Opened>,
@@ -105,7 +116,7 @@ pub struct GeoDb {
 
 /// One opened file and its decoded records, shared by every `GeoDb` of that file.
 struct Opened {
-    reader: Reader<Mmap>,
+    reader: Reader<Vec<u8>>,
     path: PathBuf,
     /// Data offset → location (`None`: the record does not decode, treated as no data).
     records: crate::FastMap<usize, Option<Location>>,
@@ -113,15 +124,13 @@ struct Opened {
     places: Places,
 }
 
-/// What identifies an unchanged file: a file replaced by rename (the documented way to
-/// update one) gets a new inode, one rewritten in place a new mtime.
+/// What identifies an unchanged file: its path and content. By content, since a file
+/// rewritten in place within one tick of the file system clock keeps its mtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct FileKey {
     path: PathBuf,
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: Option<SystemTime>,
+    len: usize,
+    hash: u64,
 }
 
 /// Files open in some live configuration. Only `GeoDb::open` (config loading) takes this
@@ -194,23 +203,34 @@ impl<'de: 'a, 'a> Deserialize<'de> for FirstSubdivision<'a> {
 }
 
 impl GeoDb {
-    /// Opens and memory-maps the database at `path` and decodes its records, or shares
-    /// the copy a live configuration already opened when the file has not changed since.
-    ///
-    /// The file must not be modified in place while open (a mapped page changing under a
-    /// lookup is undefined behaviour): replace it by writing a new file and renaming it over
-    /// the old one, as `geo build` and MaxMind's `geoipupdate` do, then reload.
+    /// The default of `limits.geo_database`: GeoIP2 City is about 130 MB.
+    pub const DEFAULT_LIMIT: Limit = Limit { bytes: 512 << 20, set_by: "limits.geo_database" };
+
+    /// `open_limited` with the default limit.
     pub fn open(path: &Path) -> Result<GeoDb, GeoError> {
+        GeoDb::open_limited(path, GeoDb::DEFAULT_LIMIT)
+    }
+
+    /// Reads the database at `path` (at most `limit` bytes) and decodes its records, or
+    /// shares the copy a live configuration already read when the file has not changed since.
+    ///
+    /// The file may be replaced in any way while it is served, since the server holds its
+    /// own copy; one caught halfway through being written is an error (see the module).
+    pub fn open_limited(path: &Path, limit: Limit) -> Result<GeoDb, GeoError> {
         let err = |source| GeoError::Open { path: path.to_path_buf(), source };
-        let (file, meta) = crate::diag::open_regular(path)
-            .map_err(|source| GeoError::File { path: path.to_path_buf(), source })?;
-        let key = file_key(path, &meta);
+        let file_err = |source| GeoError::File { path: path.to_path_buf(), source };
+        let (file, meta) = crate::diag::open_regular(path).map_err(file_err)?;
+        if meta.len() > limit.bytes {
+            return Err(file_err(FileError::TooLarge { size: meta.len(), limit }));
+        }
+        let bytes = read_unchanged(path, file, &meta, limit)?;
+        let key = file_key(path, &bytes);
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|(_, w)| w.strong_count() > 0);
         if let Some(inner) = open.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
             return Ok(GeoDb { inner });
         }
-        let inner = Arc::new(Opened::new(path, &file).map_err(err)?);
+        let inner = Arc::new(Opened::new(path, bytes).map_err(err)?);
         open.push((key, Arc::downgrade(&inner)));
         Ok(GeoDb { inner })
     }
@@ -275,11 +295,10 @@ impl GeoDb {
 }
 
 impl Opened {
-    fn new(path: &Path, file: &std::fs::File) -> Result<Opened, MaxMindDbError> {
-        // SAFETY: see `GeoDb::open` — steerdns never writes a database it has open, and the
-        // documented way to update one is an atomic rename, which leaves this mapping intact.
-        let map = unsafe { Mmap::map(file) }.map_err(MaxMindDbError::Mmap)?;
-        let reader = Reader::from_source(map)?;
+    /// Parses the file and walks and decodes its whole tree: a corrupt or truncated file
+    /// fails here, at load, not at some later query.
+    fn new(path: &Path, bytes: Vec<u8>) -> Result<Opened, MaxMindDbError> {
+        let reader = Reader::from_source(bytes)?;
         let mut records = HashMap::default();
         let mut places = PlacesBuilder::default();
         for found in reader.networks(WithinOptions::default())? {
@@ -296,18 +315,46 @@ impl Opened {
 
 /// The routing fields of the record a lookup found. A record that fails to decode is treated
 /// as no data: one corrupt entry must not fail a query.
-fn decode(result: &LookupResult<'_, Mmap>) -> Option<Location> {
+fn decode(result: &LookupResult<'_, Vec<u8>>) -> Option<Location> {
     match result.decode::<Record<'_>>() {
         Ok(Some(r)) => Some(to_location(&r)),
         _ => None,
     }
 }
 
-/// The key of the opened file (from its descriptor, so it describes what is mapped).
-fn file_key(path: &Path, m: &std::fs::Metadata) -> FileKey {
-    use std::os::unix::fs::MetadataExt;
-    let path = path.to_path_buf();
-    FileKey { path, dev: m.dev(), ino: m.ino(), len: m.len(), mtime: m.modified().ok() }
+/// Reads the whole of `file`, whose metadata before reading is `before`: an error when
+/// it is over `limit` or was written meanwhile (its size or mtime moved, or the bytes read
+/// are not its size).
+fn read_unchanged(
+    path: &Path,
+    file: std::fs::File,
+    before: &std::fs::Metadata,
+    limit: Limit,
+) -> Result<Vec<u8>, GeoError> {
+    use std::io::Read;
+    let file_err = |source| GeoError::File { path: path.to_path_buf(), source };
+    let mut bytes = Vec::with_capacity(usize::try_from(before.len()).unwrap_or(0));
+    (&file)
+        .take(limit.bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| file_err(FileError::Io(e)))?;
+    if bytes.len() as u64 > limit.bytes {
+        return Err(file_err(FileError::TooLarge { size: bytes.len() as u64, limit }));
+    }
+    let after = file.metadata().map_err(|e| file_err(FileError::Io(e)))?;
+    let same = |m: &std::fs::Metadata| (m.len(), m.modified().ok());
+    if same(&after) != same(before) || bytes.len() as u64 != after.len() {
+        return Err(GeoError::Changed { path: path.to_path_buf() });
+    }
+    Ok(bytes)
+}
+
+/// The key of the file read from `path` as `bytes` (a fast hash: hashing is a small part
+/// of reading and decoding a database).
+fn file_key(path: &Path, bytes: &[u8]) -> FileKey {
+    use std::hash::BuildHasher;
+    let hash = foldhash::quality::FixedState::with_seed(0).hash_one(bytes);
+    FileKey { path: path.to_path_buf(), len: bytes.len(), hash }
 }
 
 /// The matched network's length in `ip`'s family. maxminddb already converts IPv4 lookups in

@@ -24,7 +24,7 @@ use super::db::Location;
 use super::regions::RegionId;
 use super::regions::Regions;
 use crate::diag::{ConfigErrors, Limit};
-use crate::diag::{Sink, from_yaml};
+use crate::diag::{Sink, yaml_errors};
 
 /// Mean Earth radius (IUGG), km.
 const EARTH_RADIUS_KM: f64 = 6371.0088;
@@ -205,7 +205,7 @@ impl LatencyTable {
             },
         };
         let raw: RawTable = serde_saphyr::from_str_with_options(text, options)
-            .map_err(|e| ConfigErrors(vec![from_yaml(file, &e)]))?;
+            .map_err(|e| ConfigErrors(yaml_errors(file, text, 0, &e)))?;
         let mut errors = Vec::new();
         let mut sink = Sink { file, errors: &mut errors };
         let (regions, region_index) = build_regions(&mut sink, &raw);

@@ -7,7 +7,8 @@
 //! subdivision, coordinates"), `latency` (the operator's latency table: longest-prefix CIDR
 //! rows, region-code rows and great-circle distances) and `build` (`steerdns geo build`:
 //! CSV → GeoIP2-City-layout MMDB). `world` bundles one configuration's data, and `client`
-//! is one query's client, located lazily against it.
+//! is one query's client, located lazily against it. `rum` aggregates what real users'
+//! browsers measure into a table of measured latency per client network.
 //! Everything on the query path is allocation-free: codes are small inline values and the
 //! lookups are binary searches or hash probes.
 
@@ -17,6 +18,7 @@ pub mod db;
 pub mod latency;
 pub mod places;
 pub mod regions;
+pub mod rum;
 pub mod world;
 
 use std::fmt;
@@ -27,7 +29,7 @@ pub use db::{DbInfo, GeoDb, GeoError, Location};
 pub use latency::{LatencyTable, Metric, Region, Row, RowFrom, RowMatch, great_circle_km};
 pub use places::{Classes, Place, PlaceId, Places};
 pub use regions::{ByRegion, Chain, RegionId, RegionKind, Regions};
-pub use world::{RegionOrder, World};
+pub use world::World;
 
 /// A short region code held inline (continent `EU`, country `FR`, subdivision `ENG`), so a
 /// `Location` is `Copy` and looking one up never allocates. Always upper case ASCII.

@@ -15,7 +15,7 @@ use serde_saphyr::Spanned;
 
 use super::{Entries, Place};
 use crate::diag::ConfigErrors;
-use crate::diag::{Pos, Sink, from_yaml};
+use crate::diag::{Pos, Sink, yaml_errors};
 
 /// The code of the root of the hierarchy.
 pub const WORLD: &str = "WORLD";
@@ -123,8 +123,8 @@ impl Regions {
 
     /// Parses and validates a hierarchy; `file` only names the source in errors.
     pub fn parse(text: &str, file: &Path) -> Result<Regions, ConfigErrors> {
-        let raw: RawRegions =
-            serde_saphyr::from_str(text).map_err(|e| ConfigErrors(vec![from_yaml(file, &e)]))?;
+        let raw: RawRegions = serde_saphyr::from_str(text)
+            .map_err(|e| ConfigErrors(yaml_errors(file, text, 0, &e)))?;
         let mut errors = Vec::new();
         let mut b = Builder::new(Sink { file, errors: &mut errors });
         if raw.groupings.value.0.is_empty() {

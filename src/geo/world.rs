@@ -80,22 +80,20 @@ impl World {
     }
 }
 
-/// Latency-table regions ranked for one client, nearest first.
-pub type RegionOrder = smallvec::SmallVec<[(usize, Metric); 16]>;
-
 impl World {
     /// Ranks every latency-table region for `client` into `out` (nearest first; ties keep
     /// file order) and returns the ECS scope the ranking depended on. Without a latency
     /// table nothing is ranked and the scope is 0.
-    pub fn region_order(&self, client: &Client, out: &mut RegionOrder) -> u8 {
+    pub fn region_order(&self, client: &Client, out: &mut Vec<(usize, Metric)>) -> u8 {
         out.clear();
         let Some(table) = &self.latency else { return 0 };
         let located = client.located(self);
         let loc = located.location.as_ref();
         let row = table.row_for(client.addr, loc);
         out.extend((0..table.regions().len()).map(|r| (r, table.metric(&row, loc, r))));
-        // Stable, and allocation-free for the handful of regions a table has.
-        out.sort_by_key(|a| a.1);
+        // Ties in file order; an unstable sort on (metric, region) gives that order without
+        // the buffer a stable sort of many regions allocates.
+        out.sort_unstable_by_key(|&(r, m)| (m, r));
         match row {
             RowMatch::Cidr { .. } => row.scope(),
             _ => row.scope().max(located.prefix),

@@ -1,6 +1,8 @@
 //! The recent events operators and status pages read (`GET /api/v1/events`): endpoint
 //! status changes from the prober, and run-time overrides set or dropped. A bounded list,
-//! numbered from 1 in the order recorded, under a mutex the query path never takes.
+//! numbered in the order recorded, under a mutex the query path never takes. With a state
+//! file the newest `PERSISTED` are kept in it, so a restart starts from them and numbers
+//! on from the last one.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
@@ -8,6 +10,9 @@ use std::time::SystemTime;
 
 /// How many events are kept: the oldest go first.
 pub const CAPACITY: usize = 1000;
+
+/// How many of the newest events the state file keeps across a restart.
+pub const PERSISTED: usize = 200;
 
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +39,18 @@ impl Kind {
             Kind::WeightCleared => "weight_cleared",
             Kind::OverrideDropped => "override_dropped",
         }
+    }
+
+    pub fn parse(text: &str) -> Option<Kind> {
+        let all = [
+            Kind::Status,
+            Kind::Drain,
+            Kind::Undrain,
+            Kind::Weight,
+            Kind::WeightCleared,
+            Kind::OverrideDropped,
+        ];
+        all.into_iter().find(|k| k.as_str() == text)
     }
 }
 
@@ -98,6 +115,8 @@ pub struct Events {
 struct Inner {
     last_seq: u64,
     list: VecDeque<Event>,
+    /// The newest event written to the state file.
+    saved_seq: u64,
 }
 
 impl Default for Events {
@@ -121,6 +140,43 @@ impl Events {
         }
         inner.list.push_back(event);
         inner.last_seq
+    }
+
+    /// Starts from `saved`, events read back from the state file (oldest first): they are
+    /// kept as they were, and numbering goes on after the newest.
+    pub fn restore(&self, saved: Vec<Event>) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        for e in saved {
+            if e.seq <= inner.last_seq {
+                continue;
+            }
+            inner.last_seq = e.seq;
+            if inner.list.len() == self.capacity {
+                inner.list.pop_front();
+            }
+            inner.list.push_back(e);
+        }
+        inner.saved_seq = inner.last_seq;
+    }
+
+    /// The newest `PERSISTED` events, oldest first, and the number of the newest: what the
+    /// state file keeps. Pass the number to `saved` once they are written.
+    pub fn to_save(&self) -> (Vec<Event>, u64) {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let skip = inner.list.len().saturating_sub(PERSISTED);
+        (inner.list.iter().skip(skip).cloned().collect(), inner.last_seq)
+    }
+
+    /// The events up to `seq` are in the state file.
+    pub fn saved(&self, seq: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.saved_seq = inner.saved_seq.max(seq);
+    }
+
+    /// Whether events were recorded since the state file was last written.
+    pub fn unsaved(&self) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.last_seq > inner.saved_seq
     }
 
     /// The kept events numbered above `since`, oldest first, and the number to ask from
@@ -159,5 +215,28 @@ mod tests {
         }
         let (list, _) = events.since(4);
         assert_eq!((list[0].endpoint.as_str(), list[0].by.as_deref()), ("e4", Some("alice")));
+    }
+
+    #[test]
+    fn restored_events_come_first_and_numbering_goes_on() {
+        let before = Events::with_capacity(3);
+        for i in 0..4 {
+            before.record(Event::new(Kind::Drain, "p.", &format!("e{i}")));
+        }
+        let (saved, newest) = before.to_save();
+        assert_eq!((seqs(&saved), newest), (vec![2, 3, 4], 4));
+        let after = Events::with_capacity(3);
+        after.restore(saved);
+        assert!(!after.unsaved(), "what was read back is in the file");
+        assert_eq!(after.record(Event::new(Kind::Undrain, "p.", "e0")), 5);
+        assert!(after.unsaved());
+        let (list, next) = after.since(0);
+        assert_eq!((seqs(&list), next), (vec![3, 4, 5], 5));
+        after.saved(5);
+        assert!(!after.unsaved());
+        for k in ["status", "drain", "undrain", "weight", "weight_cleared", "override_dropped"] {
+            assert_eq!(Kind::parse(k).map(Kind::as_str), Some(k));
+        }
+        assert_eq!(Kind::parse("drained"), None);
     }
 }

@@ -21,5 +21,5 @@ pub mod zone;
 pub use counters::{Outcome, QueryCounters, Tally};
 pub use health::{HealthTable, HealthView, Status};
 pub use profile::*;
-pub use snapshot::{AdminLimits, AdminToken, Listen, Snapshot, TcpLimits};
+pub use snapshot::{AdminLimits, AdminTls, AdminToken, Listen, Snapshot, TcpLimits, TokenRole};
 pub use zone::Zone;

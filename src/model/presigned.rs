@@ -81,7 +81,7 @@ pub fn known_rrsets(snap: &Snapshot, now: u64) -> Vec<Known> {
             sep().map(|k| k.dnskey_rdata().to_vec()).collect(),
         ));
         out.push(apex(Rtype::CDS, zone.ttl, sep().map(|k| k.ds_rdata(origin).to_vec()).collect()));
-        for (name, node) in &zone.nodes {
+        for (name, node) in zone.nodes.iter() {
             for set in &node.rrsets {
                 out.push(Known {
                     zone: zi,
@@ -126,7 +126,12 @@ pub fn known_rrsets(snap: &Snapshot, now: u64) -> Vec<Known> {
 }
 
 /// The records `p` can answer with, through nested children (enabled endpoints only).
-fn leaves_of(profiles: &[Profile], p: &Profile, out: &mut Vec<(Rtype, Vec<u8>)>, depth: usize) {
+fn leaves_of(
+    profiles: &[Arc<Profile>],
+    p: &Profile,
+    out: &mut Vec<(Rtype, Vec<u8>)>,
+    depth: usize,
+) {
     if depth > 16 {
         return;
     }

@@ -4,7 +4,10 @@
 //! configuration load by `config::validate` and never mutated afterwards; anything that
 //! changes at run time (endpoint health) lives in `health` and is addressed by slot.
 
+use std::borrow::Borrow;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::netrange::RangeMap;
@@ -270,7 +273,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     #[inline]
-    pub fn families(&self, profiles: &[Profile]) -> Families {
+    pub fn families(&self, profiles: &[Arc<Profile>]) -> Families {
         match &self.target {
             Target::Nested(n) => profiles[n.child].families,
             leaf => leaf.leaf_families(),
@@ -278,7 +281,7 @@ impl Endpoint {
     }
 
     #[inline]
-    pub fn can_answer(&self, want: Want, profiles: &[Profile]) -> bool {
+    pub fn can_answer(&self, want: Want, profiles: &[Arc<Profile>]) -> bool {
         self.families(profiles).answers(want)
     }
 }
@@ -304,24 +307,54 @@ pub struct Profile {
     pub families: Families,
 }
 
+impl Profile {
+    /// A hash of everything of this profile that decides its zone's answers (health slots
+    /// excluded). A zone's fingerprint adds these up, so that a patch of one profile
+    /// updates it without visiting the others.
+    pub fn answer_hash(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        let p = self;
+        (&p.wire, p.ttl, p.enabled, p.method.as_str(), p.fail_open, p.max_return, p.sticky)
+            .hash(&mut h);
+        // The method's rules decide answers too: a geo code or subnet moved to another
+        // endpoint must bump the serial like an address change does.
+        p.rules.hash(&mut h);
+        for e in &p.endpoints {
+            (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
+                .hash(&mut h);
+        }
+        h.finish()
+    }
+}
+
 /// Fills `Profile::families` bottom-up through nested children (no cycles by now).
 pub fn compute_families(profiles: &mut [Profile]) {
+    let all = all_families(profiles);
+    for (p, f) in profiles.iter_mut().zip(all) {
+        p.families = f;
+    }
+}
+
+/// The families of every profile, bottom-up through nested children.
+pub fn all_families<P: Borrow<Profile>>(profiles: &[P]) -> Vec<Families> {
     let mut memo: Vec<Option<Families>> = vec![None; profiles.len()];
     for id in 0..profiles.len() {
         families_of(profiles, id, &mut memo);
     }
-    for (p, f) in profiles.iter_mut().zip(memo) {
-        p.families = f.unwrap_or_default();
-    }
+    memo.into_iter().map(Option::unwrap_or_default).collect()
 }
 
-fn families_of(profiles: &[Profile], id: usize, memo: &mut [Option<Families>]) -> Families {
+fn families_of<P: Borrow<Profile>>(
+    profiles: &[P],
+    id: usize,
+    memo: &mut [Option<Families>],
+) -> Families {
     if let Some(f) = memo[id] {
         return f;
     }
     memo[id] = Some(Families::default()); // guards against cycles in unvalidated input
     let mut f = Families::default();
-    for ep in profiles[id].endpoints.iter().filter(|e| e.enabled) {
+    for ep in profiles[id].borrow().endpoints.iter().filter(|e| e.enabled) {
         f = f.union(match &ep.target {
             Target::Nested(n) if n.child < profiles.len() => families_of(profiles, n.child, memo),
             leaf => leaf.leaf_families(),
@@ -329,4 +362,12 @@ fn families_of(profiles: &[Profile], id: usize, memo: &mut [Option<Families>]) -
     }
     memo[id] = Some(f);
     f
+}
+
+/// The families of `profiles[id]` from its enabled endpoints and the families its nested
+/// children hold now: one step of `all_families`, for a snapshot patched in place.
+pub fn families_from_children(profiles: &[Arc<Profile>], id: ProfileId) -> Families {
+    let p = &profiles[id];
+    let enabled = p.endpoints.iter().filter(|e| e.enabled);
+    enabled.fold(Families::default(), |f, ep| f.union(ep.families(profiles)))
 }

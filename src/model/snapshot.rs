@@ -12,9 +12,9 @@ use super::cluster::ClusterSettings;
 use super::counters::QueryCounters;
 use super::health::HealthTable;
 use super::presigned::Presigned;
-use super::profile::Profile;
+use super::profile::{Profile, ProfileId, Target, families_from_children};
 use super::sign_counts::SignCounts;
-use super::zone::Zone;
+use super::zone::{Zone, next_serial};
 use crate::FastMap;
 use crate::geo::World;
 use crate::netrange::RangeMap;
@@ -34,6 +34,34 @@ pub struct Listen {
     pub tcp: TcpLimits,
     /// Limits of the admin listener (from `admin:`).
     pub admin_limits: AdminLimits,
+    /// The admin API's certificate and key (`admin.tls`); `None`: plain HTTP.
+    pub admin_tls: Option<AdminTls>,
+}
+
+/// The PEM files the admin API serves HTTPS with; read again when they change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminTls {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What an admin token may do: `Read` tokens may only look (GET and HEAD).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenRole {
+    Read,
+    /// The default, as before roles existed.
+    #[default]
+    Write,
+}
+
+impl TokenRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenRole::Read => "read",
+            TokenRole::Write => "write",
+        }
+    }
 }
 
 /// A bearer token of the admin API and the name changes made with it are recorded under.
@@ -41,12 +69,16 @@ pub struct Listen {
 pub struct AdminToken {
     pub name: String,
     pub secret: String,
+    pub role: TokenRole,
 }
 
 // Without the secret: listeners are logged with `{:?}`.
 impl std::fmt::Debug for AdminToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminToken").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("AdminToken")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
     }
 }
 
@@ -149,12 +181,15 @@ pub struct Snapshot {
     pub listen: Listen,
     pub zones: Vec<Zone>,
     zone_index: FastMap<WireName, usize>,
-    pub profiles: Vec<Profile>,
+    /// Each behind its own `Arc`, so that a patched snapshot shares every profile it did
+    /// not change (ids, and so zone nodes and counters, stay valid).
+    pub profiles: Vec<Arc<Profile>>,
     pub health: Arc<HealthTable>,
     /// Geo database, region hierarchy, latency table and topology.
     pub world: Arc<World>,
-    /// Query-path counters for this configuration's profiles, zones and endpoints.
-    pub counters: QueryCounters,
+    /// Query-path counters for this configuration's profiles, zones and endpoints; a
+    /// patched snapshot counts on in its predecessor's.
+    pub counters: Arc<QueryCounters>,
     /// The keys of DNS cookies.
     pub cookies: Secrets,
     /// Response rate limiting; `None`: off.
@@ -169,6 +204,8 @@ pub struct Snapshot {
     pub cluster: Option<Arc<ClusterSettings>>,
     /// Where health probes connect from.
     pub probe_source: ProbeSource,
+    /// `rum:`: real user measurements; `None`: off.
+    pub rum: Option<Arc<crate::geo::rum::RumSettings>>,
 }
 
 impl Snapshot {
@@ -180,7 +217,8 @@ impl Snapshot {
         world: Arc<World>,
     ) -> Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
-        let counters = QueryCounters::new(profiles.len(), zones.len(), health.len());
+        let counters = Arc::new(QueryCounters::new(profiles.len(), zones.len(), health.len()));
+        let profiles = profiles.into_iter().map(Arc::new).collect();
         let cookies = Secrets::of_this_process();
         let rate_limit = None;
         let dnstap = None;
@@ -201,6 +239,7 @@ impl Snapshot {
             dnstap,
             cluster,
             probe_source: ProbeSource::default(),
+            rum: None,
         }
     }
 
@@ -234,4 +273,82 @@ impl Snapshot {
     pub fn endpoint_count(&self) -> usize {
         self.profiles.iter().map(|p| p.endpoints.len()).sum()
     }
+
+    /// This snapshot with the profiles of `replaced` (by id) in place of its own: the next
+    /// generation, sharing every other profile, the zones' names, the health table and the
+    /// counters. Only what an endpoint's `enabled` and `weight` decide may differ (run-time
+    /// overrides, applied by `config::patch`): the families of the replaced profiles and
+    /// of the profiles nesting them, and the serials of their zones, are updated here, so
+    /// the cost grows with the profiles replaced, not with the configuration.
+    pub fn patched(&self, replaced: Vec<(ProfileId, Profile)>, now_unix: u64) -> Snapshot {
+        let mut profiles = self.profiles.clone();
+        let mut zones = self.zones.clone();
+        let mut fingerprints: Vec<u64> = zones.iter().map(|z| z.fingerprint).collect();
+        let mut touched = Vec::with_capacity(replaced.len());
+        for (id, p) in replaced {
+            let zone = p.zone;
+            let (before, after) = (profiles[id].answer_hash(), p.answer_hash());
+            fingerprints[zone] = fingerprints[zone].wrapping_sub(before).wrapping_add(after);
+            profiles[id] = Arc::new(p);
+            touched.push(id);
+        }
+        update_families(&mut profiles, touched);
+        for (zone, fingerprint) in zones.iter_mut().zip(fingerprints) {
+            if fingerprint != zone.fingerprint {
+                zone.serial =
+                    next_serial(Some((zone.serial, zone.fingerprint)), fingerprint, now_unix);
+                zone.fingerprint = fingerprint;
+                zone.soa_rdata = zone.soa.rdata(zone.serial);
+            }
+        }
+        Snapshot {
+            generation: self.generation + 1,
+            listen: self.listen.clone(),
+            zones,
+            zone_index: self.zone_index.clone(),
+            profiles,
+            health: self.health.clone(),
+            world: self.world.clone(),
+            counters: self.counters.clone(),
+            cookies: self.cookies,
+            rate_limit: self.rate_limit.clone(),
+            // Signed again by the pre-signer, as after a reload.
+            signatures: Presigned::default(),
+            dnstap: self.dnstap.clone(),
+            cluster: self.cluster.clone(),
+            probe_source: self.probe_source,
+            sign_counts: self.sign_counts.clone(),
+            rum: self.rum.clone(),
+        }
+    }
+}
+
+/// Recomputes the families of the profiles `from` and, while they change, of the
+/// profiles nesting them. Who nests whom is found only when a family changed (draining the
+/// last endpoint of a kind), by one pass over every endpoint.
+fn update_families(profiles: &mut [Arc<Profile>], from: Vec<ProfileId>) {
+    let mut parents: Option<FastMap<ProfileId, Vec<ProfileId>>> = None;
+    let mut work = from;
+    while let Some(id) = work.pop() {
+        let families = families_from_children(profiles, id);
+        if families == profiles[id].families {
+            continue;
+        }
+        Arc::make_mut(&mut profiles[id]).families = families;
+        let parents = parents.get_or_insert_with(|| nesting(profiles));
+        work.extend(parents.get(&id).into_iter().flatten().copied());
+    }
+}
+
+/// The profiles that nest each child profile.
+fn nesting(profiles: &[Arc<Profile>]) -> FastMap<ProfileId, Vec<ProfileId>> {
+    let mut out: FastMap<ProfileId, Vec<ProfileId>> = FastMap::default();
+    for (id, p) in profiles.iter().enumerate() {
+        for ep in &p.endpoints {
+            if let Target::Nested(n) = &ep.target {
+                out.entry(n.child).or_default().push(id);
+            }
+        }
+    }
+    out
 }

@@ -4,6 +4,8 @@
 //! bytes. Every ancestor of a name in the zone exists as a (possibly empty) node, which makes
 //! empty non-terminals answer NODATA rather than NXDOMAIN.
 
+use std::sync::Arc;
+
 use crate::FastMap;
 use crate::model::ProfileId;
 use crate::model::dnssec::ZoneSigning;
@@ -64,7 +66,9 @@ pub struct Zone {
     pub ttl: u32,
     /// The SOA record's RDATA with the serial in place.
     pub soa_rdata: Box<[u8]>,
-    pub nodes: FastMap<WireName, Node>,
+    /// Shared between snapshots: an override change gives the zone a new serial without
+    /// copying every name.
+    pub nodes: Arc<FastMap<WireName, Node>>,
     /// Hash of everything that decides the zone's answers, to know when the serial must grow.
     pub fingerprint: u64,
     /// The keys when the zone is signed (DNSSEC).

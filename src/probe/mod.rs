@@ -285,12 +285,13 @@ impl Prober {
         all.map(|(p, i)| adopted.state(p, i)).collect()
     }
 
-    /// One leaf endpoint's state, by absolute profile name and endpoint name.
-    pub fn endpoint_state(&self, profile: &str, endpoint: &str) -> Option<EndpointState> {
+    /// The state of every leaf endpoint of one profile (absolute name), in endpoint order:
+    /// for a profile's details, one lookup rather than one per endpoint.
+    pub fn profile_states(&self, profile: &str) -> Vec<EndpointState> {
         let adopted = self.adopted.load();
-        let p = &adopted.plan.profiles[*adopted.plan.index.get(profile)?];
-        let i = p.leaves.leaves.iter().position(|l| &*l.endpoint == endpoint)?;
-        Some(adopted.state(p, i))
+        let Some(&id) = adopted.plan.index.get(profile) else { return Vec::new() };
+        let p = &adopted.plan.profiles[id];
+        (0..p.leaves.leaves.len()).map(|i| adopted.state(p, i)).collect()
     }
 
     /// Evaluates the verdicts of `keys` again, after other replicas' views of them changed;

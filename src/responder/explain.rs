@@ -60,11 +60,11 @@ pub struct VantagePoint {
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ExplainError {
-    #[error("invalid name {0:?}")]
+    #[error("invalid name `{0}`")]
     Name(String),
-    #[error("unknown query type {0:?}")]
+    #[error("unknown query type `{0}`")]
     Type(String),
-    #[error("--down {0:?}: {1}")]
+    #[error("--down `{0}`: {1}")]
     Down(String, String),
 }
 

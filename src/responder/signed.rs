@@ -340,7 +340,7 @@ mod tests {
             soa,
             serial: 1,
             ttl: 300,
-            nodes,
+            nodes: Arc::new(nodes),
             fingerprint: 0,
             dnssec: Some(ZoneSigning { keys, validity: 86400, inception_offset: 0 }),
         };

@@ -2,7 +2,7 @@
 //! rules in `docs/routing.md`, "groups"): how much of the traffic each endpoint group takes, given the
 //! client's group order, which groups are healthy and each group's dial.
 
-use smallvec::SmallVec;
+use super::Scratch;
 
 /// Groups tried after an unhealthy first group (dials ignored).
 pub const FAILOVER_TRIES: usize = 3;
@@ -11,7 +11,7 @@ pub const FAILOVER_TRIES: usize = 3;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Plan {
     /// (group, share) with shares summing to 1, in client order.
-    Shares(SmallVec<[(usize, f64); 8]>),
+    Shares(Scratch<(usize, f64)>),
     /// The first group is unhealthy: this later group takes everything.
     Failover(usize),
     /// No group tried is healthy: fail open to the first group.
@@ -21,7 +21,7 @@ pub enum Plan {
 /// `order`: group indices, closest first. `healthy[g]`, `dial[g]` (percent) per group.
 pub fn plan(order: &[usize], healthy: &[bool], dial: &[u8]) -> Plan {
     let Some(&first) = order.first() else {
-        return Plan::Shares(SmallVec::new());
+        return Plan::Shares(Scratch::take());
     };
     if !healthy[first] {
         return order[1..]
@@ -30,20 +30,17 @@ pub fn plan(order: &[usize], healthy: &[bool], dial: &[u8]) -> Plan {
             .find(|&&g| healthy[g])
             .map_or(Plan::FailOpen(first), |&g| Plan::Failover(g));
     }
-    let live: SmallVec<[usize; 8]> = order.iter().copied().filter(|&g| healthy[g]).collect();
-    let dialled = live.iter().filter(|&&g| dial[g] > 0).count();
+    let live = || order.iter().copied().filter(|&g| healthy[g]);
+    let dialled = live().filter(|&g| dial[g] > 0).count();
     if dialled == 0 {
-        return Plan::Shares(SmallVec::from_slice(&[(first, 1.0)]));
+        return Plan::Shares(Scratch::collect([(first, 1.0)]));
     }
     let mut left = 1.0;
-    let mut shares: SmallVec<[(usize, f64); 8]> = live
-        .iter()
-        .map(|&g| {
-            let take = left * f64::from(dial[g]) / 100.0;
-            left -= take;
-            (g, take)
-        })
-        .collect();
+    let mut shares = Scratch::collect(live().map(|g| {
+        let take = left * f64::from(dial[g]) / 100.0;
+        left -= take;
+        (g, take)
+    }));
     // What no group took in the first round is shared evenly among the dialled groups.
     let bonus = left / dialled as f64;
     for (g, share) in shares.iter_mut() {
@@ -80,7 +77,7 @@ mod tests {
         match plan(&order, healthy, dials) {
             Plan::Shares(s) => {
                 let mut out = vec![0.0; dials.len()];
-                for (g, sh) in s {
+                for &(g, sh) in s.iter() {
                     out[g] = sh;
                 }
                 out

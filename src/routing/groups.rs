@@ -4,7 +4,6 @@
 //! share its traffic by weight (0..255; 0 takes none).
 
 use rand::Rng;
-use smallvec::SmallVec;
 
 use crate::model::health::HealthView;
 use crate::model::{Group, Profile};
@@ -12,7 +11,7 @@ use crate::model::{Group, Profile};
 use super::dial::{self, Plan};
 use super::status::endpoint_status;
 use super::weighted::{choose, sticky_key};
-use super::{Candidate, Ctx, Pick, Query};
+use super::{Candidate, Candidates, Ctx, Pick, Query, Scratch};
 use crate::hash::mix;
 
 pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
@@ -22,14 +21,21 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     q: Query<'_>,
     rng: &mut R,
 ) -> Pick<'a> {
-    let mut regions = crate::geo::RegionOrder::new();
+    let mut regions = Scratch::take();
     let scope = ctx.world.region_order(q.client, &mut regions);
     ctx.note(|| ctx.world.describe_latency(q.client));
     let order = group_order(groups, &regions);
-    let serving: SmallVec<[Candidates; 4]> =
-        groups.iter().map(|g| serving(ctx, profile, g, q)).collect();
-    let healthy: SmallVec<[bool; 8]> = serving.iter().map(|c| !c.is_empty()).collect();
-    let dials: SmallVec<[u8; 8]> = groups.iter().map(|g| g.dial).collect();
+    // Every group's serving endpoints, one group after another: group g's are
+    // `serving[ends[g - 1]..ends[g]]`.
+    let mut serving = Candidates::take();
+    let mut ends: Scratch<usize> = Scratch::take();
+    for g in groups {
+        serving_in(ctx, profile, g, q, &mut serving);
+        ends.push(serving.len());
+    }
+    let span = |g: usize| (if g == 0 { 0 } else { ends[g - 1] })..ends[g];
+    let healthy: Scratch<bool> = Scratch::collect((0..groups.len()).map(|g| !span(g).is_empty()));
+    let dials: Scratch<u8> = Scratch::collect(groups.iter().map(|g| g.dial));
     let plan = dial::plan(&order, &healthy, &dials);
     ctx.note(|| trace_plan(ctx.world, groups, &order, &regions, &healthy, &plan));
     let (group, draw_scope) = match &plan {
@@ -44,7 +50,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
         Plan::FailOpen(g) => return fail_open(ctx, profile, &groups[*g], q, rng, scope),
     };
     ctx.note(|| format!("group {} takes this query", groups[group].name));
-    let cands = &serving[group];
+    let cands = &serving[span(group)];
     let (i, s) = choose(
         profile,
         cands,
@@ -56,30 +62,31 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     Pick::One { index: i, scope: scope.max(draw_scope).max(s) }
 }
 
-type Candidates = SmallVec<[Candidate; 8]>;
-
 /// Group indices ordered by the latency of their region (ties: configuration order).
-fn group_order(groups: &[Group], regions: &[(usize, crate::geo::Metric)]) -> SmallVec<[usize; 8]> {
+fn group_order(groups: &[Group], regions: &[(usize, crate::geo::Metric)]) -> Scratch<usize> {
     let rank = |g: &Group| regions.iter().position(|(r, _)| *r == g.region).unwrap_or(usize::MAX);
-    let mut order: SmallVec<[usize; 8]> = (0..groups.len()).collect();
-    order.sort_by_key(|&g| rank(&groups[g]));
+    let mut order = Scratch::collect(0..groups.len());
+    // Unstable on (rank, index): the same order as a stable sort, and no buffer to allocate.
+    order.sort_unstable_by_key(|&g| (rank(&groups[g]), g));
     order
 }
 
-/// A group's serving endpoints with weight > 0 that can answer the query.
-fn serving<H: HealthView + ?Sized>(
+/// Appends a group's serving endpoints with weight > 0 that can answer the query to `out`.
+fn serving_in<H: HealthView + ?Sized>(
     ctx: Ctx<'_, H>,
     profile: &Profile,
     g: &Group,
     q: Query<'_>,
-) -> Candidates {
-    g.endpoints
-        .clone()
-        .map(|index| (index, &profile.endpoints[index]))
-        .filter(|(_, ep)| ep.enabled && ep.weight > 0 && ep.can_answer(q.want, ctx.profiles))
-        .map(|(index, ep)| Candidate { index, status: endpoint_status(ctx, ep) })
-        .filter(|c| c.status.is_serving())
-        .collect()
+    out: &mut Candidates,
+) {
+    out.extend(
+        g.endpoints
+            .clone()
+            .map(|index| (index, &profile.endpoints[index]))
+            .filter(|(_, ep)| ep.enabled && ep.weight > 0 && ep.can_answer(q.want, ctx.profiles))
+            .map(|(index, ep)| Candidate { index, status: endpoint_status(ctx, ep) })
+            .filter(|c| c.status.is_serving()),
+    );
 }
 
 /// A point in [0, 1) for the group draw: random, or from the client subnet when sticky.
@@ -105,16 +112,21 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     if !profile.fail_open {
         return Pick::NoData { scope };
     }
-    let cands: Candidates = g
-        .endpoints
-        .clone()
-        .filter(|&i| {
-            let ep = &profile.endpoints[i];
-            ep.enabled && ep.can_answer(q.want, ctx.profiles)
-        })
-        .map(|index| Candidate { index, status: endpoint_status(ctx, &profile.endpoints[index]) })
-        .filter(|c| c.status == crate::model::health::Status::Degraded || c.status.is_serving())
-        .collect();
+    let cands = Candidates::collect(
+        g.endpoints
+            .clone()
+            .filter(|&i| {
+                let ep = &profile.endpoints[i];
+                ep.enabled && ep.can_answer(q.want, ctx.profiles)
+            })
+            .map(|index| Candidate {
+                index,
+                status: endpoint_status(ctx, &profile.endpoints[index]),
+            })
+            .filter(|c| {
+                c.status == crate::model::health::Status::Degraded || c.status.is_serving()
+            }),
+    );
     if cands.is_empty() {
         return Pick::NoData { scope };
     }

@@ -13,15 +13,16 @@ mod name;
 mod performance;
 mod priority;
 mod same_az;
+mod scratch;
 pub mod status;
 mod subnet;
 pub mod weighted;
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use arrayvec::ArrayVec;
 use rand::Rng;
-use smallvec::SmallVec;
 
 use crate::geo::World;
 use crate::model::health::{HealthTable, HealthView, Status};
@@ -30,10 +31,11 @@ use crate::model::{Endpoint, Profile, ProfileId, Rules, Snapshot, Target, Want};
 pub use crate::geo::Client;
 pub use crate::model::MAX_ANSWERS;
 pub use name::{Asked, route_name};
+pub use scratch::{Pooled, Scratch};
 
 /// The parts of the world a decision reads.
 pub struct Ctx<'a, H: HealthView + ?Sized> {
-    pub profiles: &'a [Profile],
+    pub profiles: &'a [Arc<Profile>],
     pub health: &'a H,
     pub world: &'a World,
     /// Where `explain` collects the decision trace; `None` on the query path, where
@@ -42,7 +44,7 @@ pub struct Ctx<'a, H: HealthView + ?Sized> {
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
-    pub fn new(profiles: &'a [Profile], health: &'a H, world: &'a World) -> Self {
+    pub fn new(profiles: &'a [Arc<Profile>], health: &'a H, world: &'a World) -> Self {
         Ctx { profiles, health, world, trace: None }
     }
 
@@ -100,7 +102,8 @@ pub struct Candidate {
     pub status: Status,
 }
 
-pub type Candidates = SmallVec<[Candidate; 16]>;
+/// A list of candidates in the thread's scratch space (any length, no allocation).
+pub type Candidates = Scratch<Candidate>;
 
 /// What a method chose, before nested endpoints are resolved. `scope` is the ECS scope
 /// prefix length the choice depended on.
@@ -244,9 +247,8 @@ pub fn eligible<H: HealthView + ?Sized>(
     profile: &Profile,
     want: Want,
 ) -> Candidates {
-    // One list, filled by push and filtered in place, is the only one returned, so the few
-    // hundred bytes of candidates are not copied on every query.
-    let mut list = Candidates::new();
+    // One list, filled by push and filtered in place, is the only one returned.
+    let mut list = Candidates::take();
     for (index, ep) in profile.endpoints.iter().enumerate() {
         if ep.enabled && ep.can_answer(want, ctx.profiles) {
             list.push(Candidate { index, status: status::endpoint_status(ctx, ep) });
@@ -258,8 +260,8 @@ pub fn eligible<H: HealthView + ?Sized>(
             .map(|c| format!("{} ({})", profile.endpoints[c.index].name, c.status))
             .collect();
         format!(
-            "candidates for {:?}: {}",
-            want,
+            "candidates for {}: {}",
+            asked(want),
             if names.is_empty() { "none".into() } else { names.join(", ") }
         )
     });
@@ -270,6 +272,19 @@ pub fn eligible<H: HealthView + ?Sized>(
     ctx.note(|| "no endpoint is serving; fail_open: degraded endpoints serve".to_string());
     list.retain(|c| c.status == Status::Degraded);
     list
+}
+
+/// What a query asks of the endpoints, as the trace shows it: record types as DNS writes
+/// them.
+fn asked(want: Want) -> &'static str {
+    match want {
+        Want::A => "A",
+        Want::Aaaa => "AAAA",
+        Want::Cname => "CNAME",
+        Want::Any => "any type (host names and addresses)",
+        Want::V4Address => "A (addresses only)",
+        Want::V6Address => "AAAA (addresses only)",
+    }
 }
 
 #[cfg(test)]

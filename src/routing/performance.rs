@@ -3,13 +3,11 @@
 //! deterministically per client subnet. Latency comes from the latency table's most
 //! specific row for the client, or the great-circle distance from its geo location.
 
-use smallvec::SmallVec;
-
 use crate::model::Profile;
 use crate::model::health::HealthView;
 
 use super::weighted::sticky_pick;
-use super::{Candidate, Ctx, Pick, Query, eligible};
+use super::{Candidates, Ctx, Pick, Query, Scratch, eligible};
 
 pub fn pick<'a, H: HealthView + ?Sized>(
     ctx: Ctx<'a, H>,
@@ -21,12 +19,13 @@ pub fn pick<'a, H: HealthView + ?Sized>(
     if all.is_empty() {
         return Pick::NoData { scope: 0 };
     }
-    let mut order = crate::geo::RegionOrder::new();
+    let mut order = Scratch::take();
     let scope = ctx.world.region_order(q.client, &mut order);
+    let mut here = Candidates::take();
     ctx.note(|| ctx.world.describe_latency(q.client));
-    for &(region, metric) in &order {
-        let here: SmallVec<[Candidate; 16]> =
-            all.iter().copied().filter(|c| region_of[c.index] == region).collect();
+    for &(region, metric) in order.iter() {
+        here.clear();
+        here.extend(all.iter().copied().filter(|c| region_of[c.index] == region));
         if here.is_empty() {
             continue;
         }

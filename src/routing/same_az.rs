@@ -6,13 +6,12 @@
 //! DNS zone everywhere else in the code.)
 
 use rand::Rng;
-use smallvec::SmallVec;
 
 use crate::model::Profile;
 use crate::model::health::HealthView;
 
 use super::weighted::choose;
-use super::{Candidate, Ctx, Pick, Query, eligible};
+use super::{Candidates, Ctx, Pick, Query, eligible};
 
 pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     ctx: Ctx<'a, H>,
@@ -28,10 +27,10 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     }
     let hit = ctx.world.az_networks.lookup(q.client.addr);
     let scope = hit.scope;
-    let local: SmallVec<[Candidate; 16]> = match hit.value {
-        Some(&z) => all.iter().copied().filter(|c| az_of[c.index] == z).collect(),
-        None => SmallVec::new(),
-    };
+    let mut local = Candidates::take();
+    if let Some(&z) = hit.value {
+        local.extend(all.iter().copied().filter(|c| az_of[c.index] == z));
+    }
     let enough = !local.is_empty() && local.len() * 100 >= usize::from(threshold) * all.len();
     ctx.note(|| {
         let zone = hit.value.map_or("unknown", |&z| ctx.world.az_names[z].as_str());

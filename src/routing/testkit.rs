@@ -1,5 +1,7 @@
 //! Builders for routing unit tests: a small world of profiles without YAML.
 
+use std::sync::Arc;
+
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -11,7 +13,7 @@ use super::Ctx;
 use crate::geo::World;
 
 pub struct Lab {
-    pub profiles: Vec<Profile>,
+    pub profiles: Profiles,
     pub health: HealthTable,
     pub world: World,
     slots: usize,
@@ -19,12 +21,17 @@ pub struct Lab {
 
 impl Lab {
     pub fn new() -> Lab {
-        Lab { profiles: Vec::new(), health: HealthTable::new([]), world: World::empty(), slots: 0 }
+        Lab {
+            profiles: Profiles::default(),
+            health: HealthTable::new([]),
+            world: World::empty(),
+            slots: 0,
+        }
     }
 
     pub fn profile(&mut self, name: &str, method: Method) -> usize {
         let fqdn = format!("{name}.tm.example.test.");
-        self.profiles.push(Profile {
+        self.profiles.push(Arc::new(Profile {
             wire: WireName::parse(&fqdn).unwrap(),
             name: fqdn,
             zone: 0,
@@ -38,7 +45,7 @@ impl Lab {
             rules: crate::model::Rules::Plain,
             families: Families::default(),
             hash_seed: 0x5eed,
-        });
+        }));
         self.profiles.len() - 1
     }
 
@@ -88,7 +95,10 @@ impl Lab {
     /// Computes families and builds a health table as a load does: `checking`, or
     /// `unmonitored` for `always_serve` endpoints.
     pub fn finish(mut self) -> Lab {
-        crate::model::profile::compute_families(&mut self.profiles);
+        let families = crate::model::profile::all_families(&self.profiles);
+        for (p, f) in self.profiles.iter_mut().zip(families) {
+            Arc::make_mut(p).families = f;
+        }
         let mut statuses = vec![Status::Checking; self.slots];
         for ep in self.profiles.iter().flat_map(|p| &p.endpoints) {
             if let (true, Some(slot)) = (ep.always_serve, ep.health_slot) {
@@ -101,6 +111,37 @@ impl Lab {
 
     pub fn ctx(&self) -> Ctx<'_, HealthTable> {
         Ctx::new(&self.profiles, &self.health, &self.world)
+    }
+}
+
+/// The profiles of a `Lab`, as a snapshot holds them; indexing gives the profile itself,
+/// so that tests can change it in place.
+#[derive(Default)]
+pub struct Profiles(Vec<Arc<Profile>>);
+
+impl std::ops::Deref for Profiles {
+    type Target = Vec<Arc<Profile>>;
+    fn deref(&self) -> &Vec<Arc<Profile>> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Profiles {
+    fn deref_mut(&mut self) -> &mut Vec<Arc<Profile>> {
+        &mut self.0
+    }
+}
+
+impl std::ops::Index<usize> for Profiles {
+    type Output = Profile;
+    fn index(&self, id: usize) -> &Profile {
+        &self.0[id]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Profiles {
+    fn index_mut(&mut self, id: usize) -> &mut Profile {
+        Arc::make_mut(&mut self.0[id])
     }
 }
 

@@ -1,8 +1,8 @@
 //! The one seam that owns shared state: the current snapshot (an `ArcSwap` the query path
 //! loads without locking), the prober, the metrics totals, the event list, and the
-//! procedures that swap in a new snapshot: the reload every trigger uses (file watcher,
-//! SIGHUP and the admin API alike), a change of run-time overrides, and in a cluster the
-//! overrides etcd holds.
+//! procedures that swap in a new snapshot: the reload every trigger asks for through the
+//! `Reloader` (file watcher, SIGHUP, the admin API, key timing and etcd alike), a change of
+//! run-time overrides, and in a cluster the overrides etcd holds.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -17,8 +17,10 @@ use tokio::sync::watch;
 use super::cluster::health::HealthViews;
 use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
 use super::cluster::{Session, profiles};
-use super::dnstap::Stats as DnstapStats;
+use super::dnstap::QueryLog;
+use super::last_reload::LastReload;
 use super::overrides::{self, Change, OverrideError, OverrideState};
+use super::reloader::{Requests, Triggers};
 use super::rrl::Limiter;
 use super::totals::Totals;
 use crate::config::overrides::save;
@@ -27,7 +29,6 @@ use crate::config::{
     self, ConfigErrors, Dropped, Loaded, Overrides, Previous, ProfileSource, ReloadCache,
 };
 use crate::model::events::Events;
-use crate::model::snapshot::Dnstap;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use crate::wire::name::WireName;
@@ -47,8 +48,12 @@ pub struct Control {
     next_key_change: watch::Sender<Option<u64>>,
     /// Status changes and operator actions, for `GET /api/v1/events`.
     pub events: Arc<Events>,
-    /// The counts of the dnstap writer, when `log.dnstap` was set at startup.
-    pub dnstap: Option<Arc<DnstapStats>>,
+    /// The query log (`log.dnstap`), which reloads start, stop and change.
+    pub dnstap: Arc<QueryLog>,
+    /// The reload requests waiting for the `Reloader`, and their counts.
+    pub requests: Requests,
+    /// Profiles just read from etcd, for the next reload (`Reloader` with `Trigger::Cluster`).
+    incoming_remote: Mutex<Option<Arc<RemoteProfiles>>>,
     /// The session with etcd, when `cluster:` is set.
     pub cluster: Option<Arc<Session>>,
     /// The etcd revision up to which the overrides etcd holds are applied here (0 before
@@ -59,20 +64,23 @@ pub struct Control {
     served: watch::Sender<Served>,
     /// Every replica's health views, when `cluster:` is set (set once at startup).
     pub health_views: OnceLock<Arc<HealthViews>>,
+    /// Real user measurements, when `rum:` was set at startup (set once).
+    pub rum: OnceLock<Arc<super::rum::Rum>>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
+    /// How the last reload ended, for `GET /api/v1/reload`.
+    pub last_reload: LastReload,
 }
 
 /// The parts of the configuration applied once, at startup: the listen addresses (reloads
-/// cannot rebind them) and the query log.
+/// cannot rebind them).
 struct Running {
     listen: Listen,
-    dnstap: Option<Dnstap>,
 }
 
 impl Running {
     fn of(s: &Snapshot) -> Running {
-        Running { listen: s.listen.clone(), dnstap: s.dnstap.clone() }
+        Running { listen: s.listen.clone() }
     }
 }
 
@@ -104,13 +112,13 @@ pub struct Served {
 
 impl Control {
     /// `prober` must be probing `first`'s snapshot and recording into `events`; `dnstap`:
-    /// the counts of the query log started from it.
+    /// the query log started from it.
     pub fn new(
         config_path: PathBuf,
         first: Loaded,
         prober: Arc<Prober>,
         events: Arc<Events>,
-        dnstap: Option<Arc<DnstapStats>>,
+        dnstap: Arc<QueryLog>,
         cluster: Option<Arc<Session>>,
     ) -> Control {
         let Loaded { snapshot, cache, dropped } = first;
@@ -125,8 +133,12 @@ impl Control {
             next_key_change: watch::Sender::new(cache.keys.next_change),
             events,
             dnstap,
+            requests: Requests::default(),
+            incoming_remote: Mutex::new(None),
             cluster,
             health_views: OnceLock::new(),
+            last_reload: LastReload::started(served.generation),
+            rum: OnceLock::new(),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {
@@ -162,36 +174,39 @@ impl Control {
         self
     }
 
-    /// Loads and validates the whole configuration off the query path, then swaps it in
-    /// at once. On error the running configuration stays and every error is logged. With
-    /// `profiles: etcd`, the profiles are those last read from etcd, as the files on disk
-    /// are for a profiles directory.
-    pub fn reload(&self, trigger: &str) -> Result<u64, ConfigErrors> {
+    /// The one reload procedure, run by the `Reloader` for every request coalesced into
+    /// `triggers`: loads and validates the whole configuration off the query path, then
+    /// swaps it in at once; the result is known here and nowhere else. On error the running
+    /// configuration stays and every error is logged. With `profiles: etcd`, the profiles
+    /// are those last read from etcd, as the files on disk are for a profiles directory;
+    /// when etcd alone asked, the configuration is reloaded only when their files differ
+    /// from the running ones (otherwise only a moved revision is recorded), and the
+    /// running generation is returned.
+    pub(super) fn reload(&self, triggers: Triggers) -> Result<u64, ConfigErrors> {
+        let trigger = triggers.to_string();
         let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        match state.latest.clone() {
+        let incoming = self.incoming_remote.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match incoming.or_else(|| state.latest.clone()) {
             Some(latest) => {
-                let loaded = self.take_remote(&mut state, trigger, latest, true)?;
+                let always = !triggers.only_cluster();
+                let loaded = self.take_remote(&mut state, &trigger, latest, always)?;
                 Ok(loaded.unwrap_or_else(|| self.snapshot().generation))
             }
-            None => self.reload_locked(&mut state, trigger, None),
+            None => self.reload_locked(&mut state, &trigger, None),
         }
     }
 
-    /// Takes profiles just read from etcd: a reload with them when their files differ from
-    /// the running ones (`Ok(Some(generation))`); when only the revision moved, the
-    /// revision is recorded without a reload (`Ok(None)`). A refused set leaves the
-    /// running configuration and its revision.
-    pub fn apply_remote(
-        &self,
-        next: Arc<RemoteProfiles>,
-        trigger: &str,
-    ) -> Result<Option<u64>, ConfigErrors> {
-        let mut state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
-        self.take_remote(&mut state, trigger, next, false)
+    /// Hands over profiles just read from etcd, for the next reload (which the caller
+    /// asks for with `Trigger::Cluster`). A later set replaces one not yet taken.
+    pub fn offer_remote(&self, next: Arc<RemoteProfiles>) {
+        *self.incoming_remote.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     }
 
-    /// `apply_remote`, reloading even when the files did not change when `always`. Each
-    /// revision taken is written to the cache file.
+    /// Takes profiles read from etcd: a reload with them when their files differ from the
+    /// running ones or when `always` (`Ok(Some(generation))`); when only the revision
+    /// moved, the revision is recorded without a reload (`Ok(None)`). A refused set leaves
+    /// the running configuration and its revision. Each revision taken is written to the
+    /// cache file.
     fn take_remote(
         &self,
         state: &mut Reloading,
@@ -227,6 +242,8 @@ impl Control {
     /// Counts and logs a refused configuration; the running one stays.
     pub fn refused(&self, trigger: &str, errors: &ConfigErrors) {
         self.totals.reload_failures.fetch_add(1, Ordering::Relaxed);
+        let list = errors.0.iter().map(ToString::to_string).collect();
+        self.last_reload.set(trigger, self.snapshot().generation, list);
         for e in &errors.0 {
             tracing::error!(trigger, error = %e, "reload rejected; the running configuration stays");
         }
@@ -262,9 +279,14 @@ impl Control {
         warn_restart_needed(&self.running, &next);
         let generation = next.generation;
         let (profiles, endpoints) = (next.profiles.len(), next.endpoint_count());
+        let dnstap = next.dnstap.clone();
         self.swap(state, current, next, cache);
+        if let Err(e) = self.dnstap.apply(dnstap.as_ref()) {
+            tracing::error!(trigger, error = %e, "log.dnstap not applied; the running query log stays");
+        }
         self.report_dropped(state, dropped, trigger);
         self.totals.reloads.fetch_add(1, Ordering::Relaxed);
+        self.last_reload.set(trigger, generation, Vec::new());
         tracing::info!(
             trigger,
             generation,
@@ -284,15 +306,24 @@ impl Control {
         next: Snapshot,
         cache: ReloadCache,
     ) {
-        // Probe state moves into the new health table before queries read it.
-        self.prober.adopt(&next);
+        // Probe state moves into the new health table before queries read it. A patched
+        // snapshot (an override change) shares the table and the endpoints' probes, and
+        // counts on in the same counters.
+        if !Arc::ptr_eq(&current.health, &next.health) {
+            self.prober.adopt(&next);
+        }
         let generation = next.generation;
+        let replaced = !Arc::ptr_eq(&current.counters, &next.counters);
         self.shared.store(Arc::new(next));
         self.served.send_modify(|s| s.generation = generation);
-        self.totals.retire(&current);
+        if replaced {
+            self.totals.retire(&current);
+        }
         self.next_key_change.send_replace(cache.keys.next_change);
         state.cache = cache;
-        state.retiring = retire_aside(current);
+        // A patch frees a profile or a few and the list of profiles: at once, rather than
+        // on a thread the next change would wait for.
+        state.retiring = if replaced { retire_aside(current) } else { None };
     }
 
     /// Logs and records the overrides a load could not apply, and writes the state file
@@ -315,7 +346,7 @@ impl Control {
         if let Some(path) = cache.state_file.as_ref().filter(|_| !shared) {
             let missing = !cache.overrides.is_empty() && !path.exists();
             if (!dropped.is_empty() || missing)
-                && let Err(e) = save(path, &cache.overrides)
+                && let Err(e) = self.save_state(path, &cache.overrides)
             {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
             }
@@ -325,8 +356,9 @@ impl Control {
 
     /// Applies one operator change to `endpoint` of profile `profile`: checked against the
     /// running configuration, written to the state file (when there is one) before anything
-    /// else, then swapped in as a rebuild of the running configuration with the new
-    /// overrides (no file is read). A change that changes nothing is not recorded.
+    /// else, then swapped in as the running configuration patched with the new overrides
+    /// (no file is read; only the changed profile is copied). A change that changes
+    /// nothing is not recorded.
     pub fn change_override(
         &self,
         profile: &WireName,
@@ -356,11 +388,11 @@ impl Control {
         let mut next = state.cache.overrides.clone();
         next.set(&p.name, endpoint, after);
         if let Some(path) = &state.cache.state_file {
-            save(path, &next)
+            self.save_state(path, &next)
                 .map_err(|source| OverrideError::Save { path: path.clone(), source })?;
         }
         let previous = Previous { snapshot: &current, cache: &state.cache };
-        let Loaded { snapshot, cache, .. } = config::rebuild(previous, &next);
+        let Loaded { snapshot, cache, .. } = config::patch(previous, &next);
         let generation = snapshot.generation;
         self.swap(&mut state, current.clone(), snapshot, cache);
         overrides::log(change, &done, weights, by);
@@ -374,7 +406,7 @@ impl Control {
     }
 
     /// Applies the overrides etcd holds as of `revision` (`cluster::overrides` reads them):
-    /// a rebuild of the running configuration, as for a change made here, when they differ
+    /// a patch of the running configuration, as for a change made here, when they differ
     /// from those applied. Each endpoint whose overrides changed gets its log line and
     /// event, by the author etcd names (`authors`); the state file, when there is one, gets
     /// a copy of them all for a start while etcd is unreachable.
@@ -393,7 +425,7 @@ impl Control {
                 .collect();
             // The local copy first: whoever sees the change served finds it there too.
             if let Some(path) = &state.cache.state_file
-                && let Err(e) = save(path, &next)
+                && let Err(e) = self.save_state(path, &next)
             {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
             }
@@ -408,7 +440,7 @@ impl Control {
         });
     }
 
-    /// The rebuild of `apply_shared_overrides`, and the log lines and events of what it
+    /// The patch of `apply_shared_overrides`, and the log lines and events of what it
     /// changed at `targets` (what could not apply is reported as dropped instead).
     fn rebuild_shared(
         &self,
@@ -420,7 +452,7 @@ impl Control {
         let started = std::time::Instant::now();
         let current = self.shared.load_full();
         let previous = Previous { snapshot: &current, cache: &state.cache };
-        let Loaded { snapshot, cache, dropped } = config::rebuild(previous, next);
+        let Loaded { snapshot, cache, dropped } = config::patch(previous, next);
         let endpoint = |s: &Snapshot, p: &str, e: &str| {
             let id = s.profile_by_name(&WireName::parse(p).ok()?)?;
             s.profiles[id].endpoints.iter().find(|ep| ep.name == e).cloned()
@@ -466,6 +498,35 @@ impl Control {
         matches!(tokio::time::timeout(limit, reached).await, Ok(Ok(_)))
     }
 
+    /// Writes the state file: `overrides` and the newest events.
+    fn save_state(&self, path: &std::path::Path, overrides: &Overrides) -> std::io::Result<()> {
+        let (events, newest) = self.events.to_save();
+        save(path, overrides, &events)?;
+        self.events.saved(newest);
+        Ok(())
+    }
+
+    /// Writes the events recorded since the state file was last written into it, with the
+    /// overrides it holds (in a cluster, once those etcd holds are known). Nothing without
+    /// a state file.
+    pub fn save_events(&self) {
+        if !self.events.unsaved() {
+            return;
+        }
+        let state = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = &state.cache;
+        let overrides = match (&self.cluster, &cache.shared_overrides) {
+            (None, _) => &cache.overrides,
+            (Some(_), Some(shared)) => shared,
+            (Some(_), None) => return,
+        };
+        if let Some(path) = &cache.state_file
+            && let Err(e) = self.save_state(path, overrides)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the state file");
+        }
+    }
+
     /// Whether the admin API listens on a loopback address (what a change is recorded as
     /// made by when the API has no token).
     pub fn admin_is_loopback(&self) -> bool {
@@ -494,12 +555,11 @@ impl Control {
         self.next_key_change.subscribe()
     }
 
-    /// Configuration keys whose change needs a restart (listeners are bound once, the
-    /// query log is opened once).
+    /// Configuration keys whose change needs a restart (listeners are bound once).
     pub fn restart_needed(&self) -> Vec<&'static str> {
         let mut keys = restart_keys(&self.running.listen, &self.snapshot().listen);
-        if self.running.dnstap != self.snapshot().dnstap {
-            keys.push("log.dnstap");
+        if self.rum.get().map(|r| &*r.settings) != self.snapshot().rum.as_deref() {
+            keys.push("rum");
         }
         keys
     }
@@ -522,18 +582,44 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     if running.admin_limits.header_read_timeout != configured.admin_limits.header_read_timeout {
         keys.push("admin.header_read_timeout");
     }
+    if running.admin_tls.is_some() != configured.admin_tls.is_some() {
+        keys.push("admin.tls");
+    }
     keys
 }
 
-/// Listeners are bound and the query log opened once at startup; say clearly, on every
-/// reload, when the configuration asks for others.
-fn warn_restart_needed(running: &Running, next: &Snapshot) {
-    if running.dnstap != next.dnstap {
-        tracing::warn!(running = ?running.dnstap, configured = ?next.dnstap, "log.dnstap changed: restart steerdns to apply it (the running query log stays)");
+/// The running and the configured value of a listener key of `restart_keys`, as plain
+/// text for the log (`127.0.0.1:8053`, `none`, `one per core`).
+fn restart_values(key: &str, running: &Listen, configured: &Listen) -> (String, String) {
+    fn addr(a: Option<std::net::SocketAddr>) -> String {
+        a.map_or_else(|| "none".to_string(), |a| a.to_string())
     }
+    let of = |l: &Listen| match key {
+        "listen.dns" => l.dns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        "listen.admin" => addr(l.admin),
+        "listen.udp_threads" => l.udp_threads.map_or("one per core".into(), |n| n.to_string()),
+        "admin.max_connections" => l.admin_limits.max_connections.to_string(),
+        "admin.header_read_timeout" => {
+            humantime::format_duration(l.admin_limits.header_read_timeout).to_string()
+        }
+        "admin.tls" => if l.admin_tls.is_some() { "on" } else { "off" }.to_string(),
+        _ => String::new(),
+    };
+    (of(running), of(configured))
+}
+
+/// Listeners are bound once at startup; say clearly, on every reload, when the
+/// configuration asks for others.
+fn warn_restart_needed(running: &Running, next: &Snapshot) {
     let (running, next) = (&running.listen, &next.listen);
     for key in restart_keys(running, next) {
-        tracing::warn!(key, running = ?running.dns, running_admin = ?running.admin, configured = ?next.dns, configured_admin = ?next.admin, running_udp_threads = ?running.udp_threads, configured_udp_threads = ?next.udp_threads, "{key} changed: restart steerdns to apply it (the running listeners stay)");
+        let (running, configured) = restart_values(key, running, next);
+        tracing::warn!(
+            key,
+            running = %running,
+            configured = %configured,
+            "{key} changed: restart steerdns to apply it (the running listeners stay)"
+        );
     }
 }
 
@@ -563,5 +649,38 @@ pub fn release_free_memory() {
     // SAFETY: malloc_trim only returns free pages to the kernel; it has no preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_warnings_print_plain_values() {
+        let running = Listen {
+            dns: vec!["127.0.0.1:53".parse().unwrap(), "[::1]:53".parse().unwrap()],
+            admin: Some("127.0.0.1:8053".parse().unwrap()),
+            ..Listen::default()
+        };
+        let mut next = running.clone();
+        next.dns.truncate(1);
+        next.admin = None;
+        next.udp_threads = Some(4);
+        next.admin_limits.header_read_timeout = Duration::from_secs(30);
+        next.admin_tls = Some(crate::model::AdminTls { cert: "c".into(), key: "k".into() });
+        let cases = [
+            ("listen.dns", "127.0.0.1:53, [::1]:53", "127.0.0.1:53"),
+            ("listen.admin", "127.0.0.1:8053", "none"),
+            ("listen.udp_threads", "one per core", "4"),
+            ("admin.header_read_timeout", "10s", "30s"),
+            ("admin.tls", "off", "on"),
+        ];
+        let keys: Vec<&str> = cases.iter().map(|c| c.0).collect();
+        assert_eq!(restart_keys(&running, &next), keys);
+        for (key, was, now) in cases {
+            let (r, c) = restart_values(key, &running, &next);
+            assert_eq!((r.as_str(), c.as_str()), (was, now), "{key}");
+        }
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
 use super::control::Control;
+use super::reloader::{Reloader, Trigger};
 
 /// The longest sleep before the wall clock is read again: the times are wall-clock times,
 /// and a sleep runs on the monotonic clock, which a clock step or a suspended host leaves
@@ -19,6 +20,7 @@ const RECHECK: Duration = Duration::from_secs(60);
 /// configuration's next key change comes due.
 pub async fn run(control: Arc<Control>, cancel: CancellationToken) {
     let mut next = control.next_key_change();
+    let reloader = Reloader::new(control);
     // A failed reload leaves the same time due; it is tried once, not again and again
     // (the running configuration stays, and the failure is logged by the reload).
     let mut tried = None;
@@ -28,12 +30,11 @@ pub async fn run(control: Arc<Control>, cancel: CancellationToken) {
         let wait = match due {
             Some(t) if t <= now && tried != Some(t) => {
                 tried = Some(t);
-                let c = control.clone();
-                let reload = tokio::task::spawn_blocking(move || c.reload("key timing"));
+                // Waited for, so that the next due time read is the reloaded one's.
                 // Shutdown does not wait for a reload (see `server::serve`).
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = reload => {}
+                    _ = reloader.reload(Trigger::KeyTiming) => {}
                 }
                 continue;
             }

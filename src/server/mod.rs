@@ -2,9 +2,10 @@
 //! shuts everything down through one cancellation token.
 //!
 //! Everything here only moves data in and out of the core: `udp` and `tcp` feed packets to
-//! the responder, `control` swaps snapshots and runs reloads (triggered by `watch`,
-//! SIGHUP, `admin` or `key_timing`) and override changes (`overrides`, from `admin`),
-//! `admin` serves the HTTP API, and `dnstap` writes the query log.
+//! the responder, `control` swaps snapshots, runs the reloads that `reloader` queues for
+//! every trigger (`watch`, SIGHUP, `admin`, `key_timing`, `cluster`) and override changes
+//! (`overrides`, from `admin`), `admin` serves the HTTP API, `dnstap` writes the query
+//! log, and `rum` takes real user measurements.
 
 pub mod admin;
 pub mod cluster;
@@ -13,9 +14,12 @@ pub mod control;
 pub mod dnstap;
 pub mod fdlimit;
 pub mod key_timing;
+pub mod last_reload;
 pub mod overrides;
 pub mod presign;
+pub mod reloader;
 pub mod rrl;
+pub mod rum;
 pub mod tcp;
 pub mod totals;
 pub mod udp;
@@ -27,7 +31,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +40,8 @@ use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use conns::Conns;
 use control::Control;
-use dnstap::Tap;
+use dnstap::QueryLog;
+use reloader::{Reloader, Trigger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -51,6 +55,8 @@ pub enum ServerError {
     Cluster(#[from] cluster::etcd::EtcdError),
     #[error(transparent)]
     Profiles(#[from] cluster::profiles::StartError),
+    #[error(transparent)]
+    AdminTls(#[from] config::admin_tls::TlsError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -58,6 +64,7 @@ pub struct Server {
     control: Arc<Control>,
     dns_addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
+    rum_addrs: Vec<SocketAddr>,
     cancel: CancellationToken,
     /// The UDP workers and the pre-signer, joined at shutdown.
     threads: Vec<JoinHandle<()>>,
@@ -65,8 +72,6 @@ pub struct Server {
     /// The tasks that talk to etcd: a call in flight to an unreachable etcd may not end
     /// soon after the cancellation, so shutdown waits for them at most `CLUSTER_STOP`.
     cluster_tasks: JoinSet<()>,
-    /// The dnstap writer, when `log.dnstap` is set; closed after the listeners.
-    tap: Option<Tap>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -106,10 +111,13 @@ impl Server {
         };
         control::release_free_memory();
         let listen = loaded.snapshot.listen.clone();
-        let tap = loaded.snapshot.dnstap.as_ref().map(Tap::start).transpose()?;
+        let dnstap = Arc::new(QueryLog::start(loaded.snapshot.dnstap.as_ref())?);
         let cancel = CancellationToken::new();
         // Before the listeners: probing starts as soon as the configuration is known.
         let events = Arc::new(Events::default());
+        if let Some(path) = &loaded.cache.state_file {
+            events.restore(config::overrides::read_events(path));
+        }
         let views = session.as_deref().map(cluster::health::HealthViews::new);
         let consensus = views.clone().map(|v| v as Arc<dyn crate::probe::Consensus>);
         let prober = Arc::new(Prober::start_with(
@@ -118,14 +126,13 @@ impl Server {
             events.clone(),
             consensus,
         ));
-        let dnstap_stats = tap.as_ref().map(Tap::stats);
         let control = Arc::new(
             Control::new(
                 config_path.to_path_buf(),
                 loaded,
                 prober,
                 events,
-                dnstap_stats,
+                dnstap,
                 session.clone(),
             )
             .with_remote(remote),
@@ -134,11 +141,11 @@ impl Server {
             control,
             dns_addrs: Vec::new(),
             admin_addr: None,
+            rum_addrs: Vec::new(),
             cancel,
             threads: Vec::new(),
             tasks: JoinSet::new(),
             cluster_tasks: JoinSet::new(),
-            tap,
             _watcher: None,
         };
         // The overrides other replicas set apply before this one answers a query.
@@ -160,6 +167,7 @@ impl Server {
             return Err(e);
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
+        server.tasks.spawn(save_events(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
             server.cluster_tasks.spawn(session.clone().run(server.cancel.clone()));
             if let Some(views) = views {
@@ -213,17 +221,39 @@ impl Server {
             return Err(e);
         }
         if let Some(addr) = listen.admin {
+            let certs = match &listen.admin_tls {
+                Some(files) => Some(Arc::new(admin::tls::Certs::load(files)?)),
+                None => None,
+            };
             let l = admin::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
             let actual = l.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
-            tracing::info!(%actual, "admin API listening");
+            let scheme = if certs.is_some() { "https" } else { "http" };
+            tracing::info!(%actual, scheme = %scheme, "admin API listening");
             if !addr.ip().is_loopback() && listen.admin_tokens.is_empty() {
                 // Only with `admin.allow_unauthenticated: true`: the load refuses it otherwise.
                 tracing::warn!(%actual, "admin API reachable from other hosts without a token (admin.allow_unauthenticated)");
             }
             self.admin_addr = Some(actual);
             let (control, cancel) = (self.control.clone(), self.cancel.clone());
-            self.tasks.spawn(admin::serve(l, control, cancel, listen.admin_limits));
+            self.tasks.spawn(admin::serve(l, control, cancel, listen.admin_limits, certs));
         }
+        self.start_rum().await
+    }
+
+    /// The real user measurements listeners and their publisher, when `rum:` is set.
+    async fn start_rum(&mut self) -> Result<(), ServerError> {
+        let Some(settings) = self.control.snapshot().rum.clone() else { return Ok(()) };
+        let rum = Arc::new(rum::Rum::new(settings.clone()));
+        for &addr in &settings.listen {
+            let bind_err = |source| ServerError::Bind { addr, source };
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
+            let actual = l.local_addr().map_err(bind_err)?;
+            tracing::info!(%actual, "real user measurements listening");
+            self.rum_addrs.push(actual);
+            self.tasks.spawn(rum::serve(l, rum.clone(), self.cancel.clone()));
+        }
+        self.tasks.spawn(rum::publish_every(rum.clone(), self.cancel.clone()));
+        let _ = self.control.rum.set(rum);
         Ok(())
     }
 
@@ -253,7 +283,7 @@ impl Server {
         for (i, sock) in udp.into_iter().enumerate() {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let limiter = self.control.limiter.clone();
-            let tap = self.tap.as_ref().map(Tap::udp);
+            let tap = self.control.dnstap.udp();
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
                 .spawn(move || udp::serve(sock, shared, limiter, tap, cancel))
@@ -261,8 +291,8 @@ impl Server {
             self.threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
-        let tap = self.tap.as_ref().map(Tap::tcp);
-        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, tap, cancel));
+        let log = self.control.dnstap.clone();
+        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, log, cancel));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
@@ -291,6 +321,11 @@ impl Server {
         self.admin_addr
     }
 
+    /// The real user measurements listeners' addresses, with real ports.
+    pub fn rum_addrs(&self) -> &[SocketAddr] {
+        &self.rum_addrs
+    }
+
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.control.snapshot()
     }
@@ -304,9 +339,20 @@ impl Server {
         &self.control.prober
     }
 
+    /// The handle every reload trigger goes through.
+    pub fn reloader(&self) -> Reloader {
+        Reloader::new(self.control.clone())
+    }
+
     /// Loads the configuration again and swaps it in whole; on error the old one stays.
+    /// Goes through the `Reloader` like every trigger, and blocks until the reload that
+    /// starts after this call is done.
     pub fn reload(&self) -> Result<u64, ConfigErrors> {
-        self.control.reload("request")
+        match self.reloader().reload_blocking(Trigger::Request) {
+            Ok(generation) => Ok(generation),
+            Err(reloader::ReloadError::Config(errors)) => Err(errors),
+            Err(e @ reloader::ReloadError::Aborted) => panic!("{e}"),
+        }
     }
 
     /// Stops every listener and probe and waits for them; then the dnstap writer writes
@@ -319,13 +365,13 @@ impl Server {
         }
         while self.tasks.join_next().await.is_some() {}
         self.control.prober.wait().await;
+        let control = self.control.clone();
+        let _ = tokio::task::spawn_blocking(move || control.save_events()).await;
         let threads = std::mem::take(&mut self.threads);
-        let tap = self.tap.take();
+        let dnstap = self.control.dnstap.clone();
         let _ = tokio::task::spawn_blocking(move || {
             threads.into_iter().for_each(|t| drop(t.join()));
-            if let Some(tap) = tap {
-                tap.finish();
-            }
+            dnstap.finish();
         })
         .await;
     }
@@ -353,6 +399,23 @@ fn unavailable(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL))
 }
 
+/// How often events recorded since are written to the state file: status changes can come
+/// in bursts, and each write rewrites the whole file.
+const EVENT_SAVE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Writes new events to the state file every `EVENT_SAVE_INTERVAL` until `cancel` fires
+/// (shutdown writes the last ones).
+async fn save_events(control: Arc<Control>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(EVENT_SAVE_INTERVAL) => {}
+        }
+        let c = control.clone();
+        let _ = tokio::task::spawn_blocking(move || c.save_events()).await;
+    }
+}
+
 /// How long shutdown waits for the tasks that talk to etcd (the lease's revocation
 /// included) before it drops them.
 const CLUSTER_STOP: Duration = Duration::from_millis(1500);
@@ -371,7 +434,7 @@ pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
         Ok((before, after)) => tracing::info!(before, after, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let mut server = tokio::select! {
+    let server = tokio::select! {
         started = Server::start(config_path) => started?,
         () = signals.stopped() => {
             tracing::info!("stopped while loading the configuration");
@@ -379,36 +442,12 @@ pub async fn serve(config_path: &Path) -> Result<(), ServerError> {
         }
     };
     log_startup(&server.snapshot());
-    let reloads = spawn_reloader(&mut server);
-    signals.wait(&reloads).await;
+    signals.wait(&server.reloader()).await;
     tracing::info!("shutting down");
     if tokio::time::timeout(SHUTDOWN_LIMIT, server.shutdown()).await.is_err() {
         tracing::warn!(limit = ?SHUTDOWN_LIMIT, "listeners or probes did not stop in time; exiting anyway");
     }
     Ok(())
-}
-
-/// Runs SIGHUP reloads one after another on a task of their own, so that the signal loop
-/// never waits for one. A SIGHUP during a reload asks for one more; further ones before it
-/// starts add nothing (it reads every file anyway).
-fn spawn_reloader(server: &mut Server) -> mpsc::Sender<()> {
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let (control, cancel) = (server.control.clone(), server.cancel.clone());
-    server.tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                got = rx.recv() => if got.is_none() { return },
-            }
-            let c = control.clone();
-            let reload = tokio::task::spawn_blocking(move || c.reload("SIGHUP"));
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = reload => {}
-            }
-        }
-    });
-    tx
 }
 
 fn log_startup(snap: &Snapshot) {
@@ -451,17 +490,15 @@ impl Signals {
         }
     }
 
-    /// Until SIGTERM or SIGINT, asking `reloads` for a reload at each SIGHUP.
-    async fn wait(mut self, reloads: &mpsc::Sender<()>) {
+    /// Until SIGTERM or SIGINT, asking `reloader` for a reload at each SIGHUP (without
+    /// waiting for it: SIGHUPs during a reload are coalesced into one more).
+    async fn wait(mut self, reloader: &Reloader) {
         let Some([term, int, hup]) = &mut self.streams else { return };
         loop {
             tokio::select! {
                 _ = term.recv() => return,
                 _ = int.recv() => return,
-                _ = hup.recv() => {
-                    // Full: a reload is already asked for and will read every file.
-                    let _ = reloads.try_send(());
-                }
+                _ = hup.recv() => reloader.request(Trigger::Signal),
             }
         }
     }

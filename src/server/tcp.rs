@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::conns::{Admitted, Conns};
-use super::dnstap::{Exchange, TcpTap, Time};
+use super::dnstap::{Exchange, QueryLog, TcpLog, Time};
 use crate::model::TcpLimits;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
@@ -44,14 +44,14 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(s.into())
 }
 
-/// Accepts connections into `conns` until `cancel` fires. With `tap`, a sample of the
-/// exchanges goes to the dnstap writer.
+/// Accepts connections into `conns` until `cancel` fires. While the query log is on, a
+/// sample of the exchanges goes to its writer, through a ring of the connection's own.
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<ArcSwap<Snapshot>>,
     conns: Arc<Conns>,
     limits: TcpLimits,
-    tap: Option<Arc<TcpTap>>,
+    log: Arc<QueryLog>,
     cancel: CancellationToken,
 ) {
     let listener = match TcpListener::from_std(listener) {
@@ -77,13 +77,13 @@ pub async fn serve(
                 continue;
             }
         };
-        let (shared, cancel, tap) = (shared.clone(), cancel.clone(), tap.clone());
+        let (shared, cancel, mut log) = (shared.clone(), cancel.clone(), log.tcp());
         tokio::spawn(async move {
             let evicted = admitted.conn.evicted.clone();
             tokio::select! {
                 _ = cancel.cancelled() => {}
                 _ = evicted.cancelled() => tracing::debug!(%peer, "tcp connection evicted: the table is full"),
-                r = connection(stream, peer, shared, &admitted, limits, tap.as_deref()) => if let Err(e) = r {
+                r = connection(stream, peer, shared, &admitted, limits, &mut log) => if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "tcp connection ended");
                 },
             }
@@ -97,12 +97,12 @@ async fn connection(
     shared: Arc<ArcSwap<Snapshot>>,
     admitted: &Admitted,
     limits: TcpLimits,
-    tap: Option<&TcpTap>,
+    log: &mut TcpLog,
 ) -> std::io::Result<()> {
     let (idle, io) = (limits.idle_timeout, limits.io_timeout);
     let _ = stream.set_nodelay(true);
-    // Our end of the connection, for the query log (only looked up when logging).
-    let local = if tap.is_some() { stream.local_addr()? } else { peer };
+    // Our end of the connection, for the query log (looked up at the first exchange logged).
+    let mut local = None;
     let (rd, wr) = stream.into_split();
     // Buffered both ways: pipelined queries are read with one system call and their answers
     // leave together when no more input is waiting.
@@ -129,14 +129,21 @@ async fn connection(
             let snap = shared.load();
             let now = unix_now();
             let packet = Packet { bytes: &query, src: peer.ip(), transport: Transport::Tcp, now };
-            let logged = tap.filter(|t| t.sampled(&mut rng)).map(|t| (t, Time::now()));
+            let logged = match log.current() {
+                Some(tap) if tap.sampled(&mut rng) => Some((tap, Time::now())),
+                _ => None,
+            };
             let outcome = respond(&snap, &*snap.health, packet, &mut rng, &mut out, None);
             let answered = outcome.map(|o| snap.counters.record(&o)).is_some();
             if let Some((tap, query_time)) = logged {
+                let server = match local {
+                    Some(a) => a,
+                    None => *local.insert(reader.get_ref().local_addr()?),
+                };
                 tap.offer(&Exchange {
                     transport: Transport::Tcp,
                     client: peer,
-                    server: local,
+                    server,
                     query: &query,
                     query_time,
                     response: answered.then(|| (&out[..], Time::now())),

@@ -24,7 +24,7 @@ use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond, slip};
 use crate::wire::cookie::unix_now;
 
-use super::dnstap::{Exchange, Time, UdpTap};
+use super::dnstap::{Exchange, Time, UdpLog, UdpTap};
 use super::rrl::{Limiter, Verdict};
 
 /// Packets taken per system call.
@@ -72,12 +72,12 @@ fn never_fragment(s: &Socket, addr: SocketAddr) -> io::Result<()> {
 }
 
 /// Serves one socket until `cancel` fires. Blocking: run it on its own thread.
-/// With `tap`, a sample of the exchanges goes to the dnstap writer.
+/// While the query log is on, a sample of the exchanges goes to its writer.
 pub fn serve(
     sock: UdpSocket,
     shared: Arc<ArcSwap<Snapshot>>,
     limiter: Arc<Limiter>,
-    mut tap: Option<UdpTap>,
+    mut log: UdpLog,
     cancel: CancellationToken,
 ) {
     let mut worker = Worker::new();
@@ -95,6 +95,8 @@ pub fn serve(
                         | io::ErrorKind::Interrupted
                 ) =>
             {
+                // An idle worker lets go of a replaced query log's ring too.
+                let _ = log.current();
                 continue;
             }
             Err(e) => {
@@ -105,6 +107,7 @@ pub fn serve(
         };
         let snap = shared.load();
         let now = unix_now();
+        let mut tap = log.current();
         let mut replies = 0;
         for i in 0..n {
             let Some(src) = worker.source(i) else {

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::control::Control;
+use super::reloader::{Reloader, Trigger};
 
 /// Quiet time after the last event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -56,7 +57,7 @@ pub fn spawn(
             tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the key directory; reload with SIGHUP or the API after key changes");
         }
     }
-    tokio::spawn(debounce_loop(rx, control, cancel));
+    tokio::spawn(debounce_loop(rx, Reloader::new(control), cancel));
     Ok(watcher)
 }
 
@@ -94,7 +95,7 @@ impl Watched {
 
 async fn debounce_loop(
     mut rx: mpsc::UnboundedReceiver<()>,
-    control: Arc<Control>,
+    reloader: Reloader,
     cancel: CancellationToken,
 ) {
     loop {
@@ -116,12 +117,7 @@ async fn debounce_loop(
                 },
             }
         }
-        let c = control.clone();
-        let reload = tokio::task::spawn_blocking(move || c.reload("file change"));
-        // Shutdown does not wait for a reload (see `server::serve`).
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = reload => {}
-        }
+        // Not waited for: a burst during the reload asks for one more after it.
+        reloader.request(Trigger::FileChange);
     }
 }

@@ -49,6 +49,10 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("steerdns_reloads", "Configuration reloads applied"),
     ("steerdns_reload_failures", "Configuration reloads rejected (the old configuration stayed)"),
+    (
+        "steerdns_reload_requests",
+        "Reloads asked for, by trigger (requests during a reload share the one after it)",
+    ),
     ("steerdns_probe_results", "Health probe results, by profile, endpoint and result"),
     ("steerdns_probe_skipped", "Health probe runs discarded unjudged, by reason"),
     (
@@ -61,6 +65,11 @@ const HELP: &[(&str, &str)] = &[
         "Signatures put in answers, by where they came from: a thread's cache, the pre-signed table, or signed on the spot",
     ),
     ("steerdns_dnssec_dropped", "Queries not answered because the signing budget was spent"),
+    ("steerdns_rum_reports", "Real user measurement reports, by result: stored or why refused"),
+    (
+        "steerdns_rum_evictions",
+        "Client networks evicted from the measurements to stay within rum.max_networks",
+    ),
     ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
     (
         "steerdns_dnstap_dropped",
@@ -83,6 +92,11 @@ pub fn render(control: &Control) -> String {
     counters.insert(Series::new("steerdns_reloads", vec![]), reloads);
     let failures = totals.reload_failures.load(Ordering::Relaxed);
     counters.insert(Series::new("steerdns_reload_failures", vec![]), failures);
+    for (trigger, n) in control.requests.counts() {
+        let series =
+            Series::new("steerdns_reload_requests", vec![("trigger", trigger.label().into())]);
+        counters.insert(series, n);
+    }
     counters.extend(probe_counters(&states));
     let skipped = Series::new("steerdns_probe_skipped", vec![("reason", "local_resources".into())]);
     counters.insert(skipped, prober.skipped_local());
@@ -102,7 +116,7 @@ pub fn render(control: &Control) -> String {
         counters.insert(series, n);
     }
     let presigned = snap.signatures.table().map_or(0, |t| t.sigs.len());
-    if let Some(tap) = &control.dnstap {
+    if let Some(tap) = control.dnstap.stats() {
         counters
             .insert(Series::new("steerdns_dnstap_sent", vec![]), tap.sent.load(Ordering::Relaxed));
         for (reason, n) in
@@ -111,6 +125,14 @@ pub fn render(control: &Control) -> String {
             let series = Series::new("steerdns_dnstap_dropped", vec![("reason", reason.into())]);
             counters.insert(series, n.load(Ordering::Relaxed));
         }
+    }
+    if let Some(rum) = control.rum.get() {
+        for (result, n) in rum.counts.reports() {
+            counters
+                .insert(Series::new("steerdns_rum_reports", vec![("result", result.into())]), n);
+        }
+        let evictions = rum.counts.evictions.load(Ordering::Relaxed);
+        counters.insert(Series::new("steerdns_rum_evictions", vec![]), evictions);
     }
     let mut gauges = vec![
         Gauge {
@@ -155,6 +177,14 @@ pub fn render(control: &Control) -> String {
                 value: n as f64,
             });
         }
+    }
+    if let Some(rum) = control.rum.get() {
+        gauges.push(Gauge {
+            name: "steerdns_rum_networks",
+            help: "Client networks the real user measurements hold samples of",
+            labels: vec![],
+            value: rum.counts.networks.load(Ordering::Relaxed) as f64,
+        });
     }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));

@@ -12,7 +12,8 @@
 
 mod cluster;
 mod events;
-mod extract;
+pub(crate) mod extract;
+pub mod failover;
 pub mod metrics;
 pub mod openapi;
 mod overrides;
@@ -20,14 +21,14 @@ mod page;
 pub mod probes;
 pub mod select;
 pub mod stats;
+pub mod tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::Method;
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
@@ -44,6 +45,8 @@ use tower_http::limit::RequestBodyLimitLayer;
 use self::extract::{JsonPath, JsonQuery};
 use self::select::{ListParams, SelectError, Selected};
 use super::control::Control;
+use super::reloader::{ReloadError, Reloader, Trigger};
+use crate::model::TokenRole;
 use crate::model::health::Status;
 use crate::model::snapshot::{AdminLimits, Snapshot};
 use crate::model::{Nested, Profile, Target};
@@ -76,6 +79,7 @@ pub const ROUTES: &[(&str, Method)] = &[
     ("/api/v1/profiles/{name}", Method::GET),
     ("/api/v1/stats", Method::GET),
     ("/api/v1/explain", Method::GET),
+    ("/api/v1/reload", Method::GET),
     ("/api/v1/reload", Method::POST),
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", Method::POST),
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", Method::POST),
@@ -83,6 +87,8 @@ pub const ROUTES: &[(&str, Method)] = &[
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", Method::DELETE),
     ("/api/v1/events", Method::GET),
     ("/api/v1/cluster", Method::GET),
+    ("/api/v1/whoami", Method::GET),
+    ("/api/v1/rum", Method::GET),
 ];
 
 /// The routes served without the token: they hold no data and no secret.
@@ -102,6 +108,7 @@ fn handler(path: &str, method: &Method) -> MethodRouter<Shared> {
         ("/api/v1/profiles/{name}", "GET") => get(profile),
         ("/api/v1/stats", "GET") => get(stats),
         ("/api/v1/explain", "GET") => get(explain_query),
+        ("/api/v1/reload", "GET") => get(last_reload),
         ("/api/v1/reload", "POST") => post(reload),
         ("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", "POST") => post(overrides::drain),
         ("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", "POST") => {
@@ -115,6 +122,8 @@ fn handler(path: &str, method: &Method) -> MethodRouter<Shared> {
         }
         ("/api/v1/events", "GET") => get(events::list),
         ("/api/v1/cluster", "GET") => get(cluster::show),
+        ("/api/v1/whoami", "GET") => get(whoami),
+        ("/api/v1/rum", "GET") => get(crate::server::rum::api::lookup),
         _ => panic!("ROUTES lists {method} {path}, which has no handler"),
     }
 }
@@ -138,15 +147,17 @@ pub fn router(control: Shared) -> Router {
 }
 
 /// Serves the API on `listener` until `cancel` fires: at most `limits.max_connections`
-/// connections at once (more are closed on accept), each closed when a request head takes
-/// longer than `limits.header_read_timeout` or it idles that long between requests.
+/// connections at once (more are closed on accept), each closed when a request head (or
+/// with `certs`, the TLS handshake) takes longer than `limits.header_read_timeout` or it
+/// idles that long between requests. With `certs`, over HTTPS.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     control: Shared,
     cancel: CancellationToken,
     limits: AdminLimits,
+    certs: Option<Arc<tls::Certs>>,
 ) {
-    let app = router(control);
+    let app = router(control.clone());
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper starts the header timer whenever it waits for a request head, so it is also
@@ -182,12 +193,29 @@ pub async fn serve(
             continue;
         };
         full_logged = false;
-        let conn =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let conn = graceful.watch(conn);
+        let service = TowerToHyperService::new(app.clone());
+        let Some(certs) = &certs else {
+            let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                // Errors are the client's (timeouts, resets, bad requests): nothing to report.
+                let _ = conn.await;
+                drop(slot);
+            });
+            continue;
+        };
+        let (certs, control, http, watcher) =
+            (certs.clone(), control.clone(), http.clone(), graceful.watcher());
         tokio::spawn(async move {
-            // Errors are the client's (timeouts, resets, bad requests): nothing to report.
-            let _ = conn.await;
+            // The running configuration says which files (a reload may move them); one
+            // that turned TLS off keeps the files in use until the restart it needs.
+            let files = control.snapshot().listen.admin_tls.clone();
+            let acceptor = tokio_rustls::TlsAcceptor::from(certs.current(files.as_ref()));
+            let handshake =
+                tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream));
+            // A failed or slow handshake is the client's: nothing to report.
+            if let Ok(Ok(stream)) = handshake.await {
+                let _ = watcher.watch(http.serve_connection(TokioIo::new(stream), service)).await;
+            }
             drop(slot);
         });
     }
@@ -207,16 +235,21 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// Who made a request: the name of the token it carried, or what stands for it when the
-/// API has no token.
+/// API has no token; and what it may do.
 #[derive(Clone, Debug)]
-pub struct Caller(pub String);
+pub struct Caller(pub String, pub TokenRole);
+
+/// Whether a call only reads: a `read` token may make it.
+fn only_reads(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
 
 async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) -> Response {
     let tokens = c.snapshot().listen.admin_tokens.clone();
     if tokens.is_empty() {
         let [loopback, other] = crate::config::NO_TOKEN_NAMES;
         let name = if c.admin_is_loopback() { loopback } else { other };
-        req.extensions_mut().insert(Caller(name.to_string()));
+        req.extensions_mut().insert(Caller(name.to_string(), TokenRole::Write));
         return next.run(req).await;
     }
     let given = req
@@ -230,12 +263,20 @@ async fn require_token(State(c): State<Shared>, mut req: Request, next: Next) ->
     let matched = given.and_then(|g| {
         tokens.iter().fold(None, |found, t| {
             let same = constant_time_eq(g.as_bytes(), t.secret.as_bytes());
-            if same { Some(t.name.clone()) } else { found }
+            if same { Some((t.name.clone(), t.role)) } else { found }
         })
     });
     match matched {
-        Some(name) => {
-            req.extensions_mut().insert(Caller(name));
+        Some((name, TokenRole::Read)) if !only_reads(req.method()) => {
+            let message = format!(
+                "the token {name:?} is read-only: {} {} changes state and needs a write token",
+                req.method(),
+                req.uri().path()
+            );
+            error(StatusCode::FORBIDDEN, message)
+        }
+        Some((name, role)) => {
+            req.extensions_mut().insert(Caller(name, role));
             next.run(req).await
         }
         None => {
@@ -313,6 +354,8 @@ fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
             json!({ "endpoint": e.name, "drained": e.drained, "weight_override": e.weight_override })
         })
         .collect();
+    let failover = failover::failover(ctx, p)
+        .map(|f| json!({ "preferred": f.preferred, "serving": f.serving }));
     json!({
         "name": p.name,
         "zone": snap.zones[p.zone].origin.to_string(),
@@ -321,6 +364,7 @@ fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
         "status": profile_status(snap, id).as_str(),
         "endpoints": counts,
         "overrides": overrides,
+        "failover": failover,
     })
 }
 
@@ -343,6 +387,7 @@ async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> R
     };
     let p = &snap.profiles[id];
     let ctx = Ctx::of(&snap);
+    let mut details = probes::endpoint_details(&c.prober, &p.name);
     let endpoints: Vec<Value> = p
         .endpoints
         .iter()
@@ -358,7 +403,7 @@ async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> R
                 "drained": ep.drained,
                 "weight_override": ep.weight_override,
             });
-            if let Some(details) = probes::endpoint_details(&c.prober, &p.name, &ep.name) {
+            if let Some(details) = details.remove(&ep.name) {
                 v.as_object_mut().expect("object").extend(details);
             }
             v
@@ -420,10 +465,27 @@ async fn explain_query(
     Json(explained).into_response()
 }
 
+/// The caller's token name and role, so that the status page offers only what it may do.
+async fn whoami(axum::Extension(Caller(name, role)): axum::Extension<Caller>) -> Response {
+    Json(json!({ "name": name, "role": role.as_str() })).into_response()
+}
+
+/// How the last reload ended, whatever triggered it (the startup load before any).
+async fn last_reload(State(c): State<Shared>) -> Response {
+    let r = c.last_reload.get();
+    Json(json!({
+        "time": humantime::format_rfc3339_seconds(r.time).to_string(),
+        "trigger": r.trigger,
+        "ok": r.ok(),
+        "generation": r.generation,
+        "errors": r.errors,
+    }))
+    .into_response()
+}
+
 async fn reload(State(c): State<Shared>) -> Response {
-    let control = c.clone();
-    match tokio::task::spawn_blocking(move || control.reload("admin API")).await {
-        Ok(Ok(generation)) => {
+    match Reloader::new(c.clone()).reload(Trigger::Api).await {
+        Ok(generation) => {
             let restart = c.restart_needed();
             let mut body = json!({ "generation": generation });
             if !restart.is_empty() {
@@ -431,10 +493,10 @@ async fn reload(State(c): State<Shared>) -> Response {
             }
             Json(body).into_response()
         }
-        Ok(Err(errors)) => {
+        Err(ReloadError::Config(errors)) => {
             let list: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
             (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "errors": list }))).into_response()
         }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e @ ReloadError::Aborted) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

@@ -8,19 +8,18 @@ use serde_json::{Map, Value, json};
 
 use hickory_proto::rr::Name;
 
+use crate::FastMap;
 use crate::model::vantage::View;
 use crate::model::{Snapshot, Target};
 use crate::probe::{EndpointState, Prober};
 use crate::responder::explain::{EndpointHealth, VantagePoint};
 use crate::wire::name::WireName;
 
-/// The extra fields of `endpoint` of `profile` (absolute name), when it exists.
-pub fn endpoint_details(
-    prober: &Prober,
-    profile: &str,
-    endpoint: &str,
-) -> Option<Map<String, Value>> {
-    prober.endpoint_state(profile, endpoint).map(|s| details(&s))
+/// The extra fields of every leaf endpoint of `profile` (absolute name), by endpoint name:
+/// built once per profile, so that its details cost grows with its endpoints, not with
+/// their square.
+pub fn endpoint_details(prober: &Prober, profile: &str) -> FastMap<String, Map<String, Value>> {
+    prober.profile_states(profile).into_iter().map(|s| (s.endpoint.clone(), details(&s))).collect()
 }
 
 /// The admin API's extra fields for one endpoint.
@@ -76,6 +75,8 @@ pub fn vantage_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<Endpoint
     let (mut todo, mut seen) = (vec![first], vec![first]);
     while let Some(id) = todo.pop() {
         let p = &snap.profiles[id];
+        let mut states: FastMap<String, EndpointState> =
+            prober.profile_states(&p.name).into_iter().map(|s| (s.endpoint.clone(), s)).collect();
         for ep in &p.endpoints {
             if let Target::Nested(n) = &ep.target {
                 if !seen.contains(&n.child) {
@@ -84,7 +85,7 @@ pub fn vantage_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<Endpoint
                 }
                 continue;
             }
-            let Some(state) = prober.endpoint_state(&p.name, &ep.name) else { continue };
+            let Some(state) = states.remove(&ep.name) else { continue };
             let Some(v) = state.vantage else { continue };
             let points = v.views.iter().map(|v| VantagePoint {
                 node: v.node.clone(),

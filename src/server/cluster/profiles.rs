@@ -26,6 +26,7 @@ use crate::config::remote::{self, RemoteFile, RemoteProfiles};
 use crate::config::{self, ConfigError, ConfigErrors, Loaded, ProfileSource};
 use crate::model::cluster::{ClusterSettings, EtcdSettings};
 use crate::server::control::Control;
+use crate::server::reloader::{Reloader, Trigger};
 use crate::server::watch::{DEBOUNCE, MAX_DELAY};
 
 /// How long a starting replica tries to read its profiles from etcd before it falls back
@@ -328,7 +329,8 @@ pub fn save_cache(settings: &ClusterSettings, profiles: &RemoteProfiles) {
 }
 
 /// Follows the profile keys and the marker from where `seen` left off (from a full read
-/// when `None`) until `cancel`, and hands each changed set to `Control::apply_remote`.
+/// when `None`) until `cancel`, and hands each changed set to `Control::offer_remote` and
+/// the `Reloader` (`Trigger::Cluster`).
 pub async fn watch(
     control: Arc<Control>,
     session: Arc<Session>,
@@ -435,11 +437,10 @@ impl Watcher {
         if self.offered.as_ref() == Some(&next) {
             return false;
         }
-        let control = self.control.clone();
-        let profiles = Arc::new(next.clone());
+        self.control.offer_remote(Arc::new(next.clone()));
         self.offered = Some(next);
-        let applying =
-            tokio::task::spawn_blocking(move || control.apply_remote(profiles, "etcd change"));
+        let reloader = Reloader::new(self.control.clone());
+        let applying = reloader.reload(Trigger::Cluster);
         // Shutdown does not wait for a reload (see `server::serve`).
         tokio::select! {
             _ = cancel.cancelled() => true,

@@ -50,8 +50,12 @@ pub struct Sender {
 }
 
 impl Sender {
-    /// Copies `ex` into the ring; `false` when it does not fit (the ring is full).
+    /// Copies `ex` into the ring; `false` when it does not fit (the ring is full) or the
+    /// writer has let go of the ring (a replaced query log that stopped waiting).
     pub fn offer(&mut self, ex: &Exchange<'_>) -> bool {
+        if self.producer.is_abandoned() {
+            return false;
+        }
         let (response, sent) = ex.response.unwrap_or((&[], Time::default()));
         let (Ok(qlen), Ok(rlen)) = (u16::try_from(ex.query.len()), u16::try_from(response.len()))
         else {
@@ -253,5 +257,14 @@ mod tests {
         assert!(!rx.finished(), "records are left");
         assert!(rx.next(&mut r) && rx.next(&mut r));
         assert!(rx.finished());
+    }
+
+    #[test]
+    fn a_ring_the_writer_let_go_of_refuses() {
+        let (mut tx, rx) = ring(4 * (HEADER + 10));
+        let q = [1u8; 10];
+        assert!(tx.offer(&exchange(&q, None)));
+        drop(rx);
+        assert!(!tx.offer(&exchange(&q, None)), "nobody would read it");
     }
 }

@@ -189,19 +189,35 @@ impl Writer {
 
     pub(super) fn run(mut self) {
         loop {
-            // Read before draining: once it is set, the producers are done, and this last
-            // round takes everything they wrote.
-            let stopping = self.shared.stop.load(Ordering::Acquire);
+            // Read before draining: once it is set, no producer takes a new ring, and a
+            // round after every ring was let go of takes everything written to them.
+            let stopping = self.shared.stopping();
+            if stopping {
+                // The TCP rings no connection holds: nothing more comes through them.
+                self.shared.tcp_pool.close_free();
+            }
             self.adopt_rings();
+            self.take_encoder();
             self.output.connect_if_due();
             self.drain();
             self.flush();
             if stopping {
-                break;
+                let by = self.shared.stop_by.get().copied().unwrap_or_else(Instant::now);
+                if self.rings.is_empty() || Instant::now() >= by {
+                    break;
+                }
             }
             std::thread::park_timeout(TICK);
         }
         self.output.close();
+    }
+
+    /// Takes a new identity and version a reload set.
+    fn take_encoder(&mut self) {
+        let next = self.shared.encoder.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((identity, version)) = next {
+            self.encoder = Encoder::new(&identity, &version);
+        }
     }
 
     fn adopt_rings(&mut self) {

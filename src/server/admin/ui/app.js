@@ -1,10 +1,14 @@
 // The status page: polls the admin API every two seconds and shows every profile, its
-// endpoints, the answer rates and the recent changes. Everything shown comes from the API
+// endpoints, the answer rates (averaged over the last minute), failovers, drains, the
+// last reload's errors and the recent changes. Times are UTC. Everything shown comes from the API
 // of the server that served this file; the token, when one is needed, stays in this tab's
 // sessionStorage. Text is only ever set with textContent, so no name can become markup.
 "use strict";
 
 const POLL_MS = 2000;
+// Rates are averaged over this long: one poll's rate flickers to "no answers" between
+// bursts of queries, which misleads more than it tells.
+const RATE_WINDOW_MS = 60000;
 const PAGE_SIZE = 100;
 const EVENTS_KEPT = 200;
 // How long to wait before asking again for an API this server does not have (an older
@@ -30,11 +34,17 @@ const state = {
   filter: { q: "", status: "", offset: 0 },
   list: null,
   stats: null,
-  // name -> the latest totals read for it, to compute rates at the next poll.
+  // name -> the totals read for it over the rate window, oldest first.
   samples: new Map(),
   // name -> { queries, answers: {endpoint: per second} } or null before two readings.
   rates: new Map(),
-  server: { sample: null, rate: null },
+  // How many seconds the rates shown span (up to the window), null before two readings.
+  span: null,
+  server: { samples: [], rate: null },
+  reload: { result: null, absent: false, retryAt: 0 },
+  // The token's role ("read" or "write"), asked once per token; a read token is offered
+  // no button that changes state.
+  role: null,
   expanded: new Set(),
   details: new Map(),
   events: { list: [], next: 0, absent: false, retryAt: 0 },
@@ -112,8 +122,11 @@ async function poll() {
       [...state.expanded].filter((n) => onPage.has(n)).map(fetchDetails),
     );
     const events = await fetchEvents();
+    const reload = await fetchReload();
+    if (state.role === null) state.role = await fetchRole();
     if (mine !== state.poll) return;
     state.list = list;
+    if (reload) state.reload.result = reload;
     takeStats(stats, performance.now());
     for (const [name, d] of details) {
       if (d) state.details.set(name, d);
@@ -122,7 +135,7 @@ async function poll() {
     if (events) takeEvents(events);
     show("live");
     render();
-    setConn("Live · updated " + clock(new Date()), false);
+    setConn("Live · updated " + utc(new Date()), false);
   } catch (e) {
     if (mine !== state.poll) return;
     if (e instanceof AuthError) {
@@ -170,28 +183,68 @@ async function fetchEvents() {
   }
 }
 
+/// "read" or "write"; "write" from a server that does not say (before token roles).
+async function fetchRole() {
+  try {
+    return (await api("/api/v1/whoami")).role || "write";
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    return "write";
+  }
+}
+
+async function fetchReload() {
+  const r = state.reload;
+  if (r.absent && Date.now() < r.retryAt) return null;
+  try {
+    const result = await api("/api/v1/reload");
+    r.absent = false;
+    return result;
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    if (e instanceof ApiError && (e.status === 404 || e.status === 405)) {
+      r.absent = true;
+      r.retryAt = Date.now() + ABSENT_RETRY_MS;
+    }
+    return null;
+  }
+}
+
+/// Adds a reading to `list` (oldest first) and drops those older than the window, so that
+/// the first and the last span at most the window.
+function remember(list, sample) {
+  const last = list[list.length - 1];
+  // Totals that went backwards (another server behind the address): start over.
+  if (last && sample.queries < last.queries) list.length = 0;
+  list.push(sample);
+  while (list.length > 2 && list[0].t < sample.t - RATE_WINDOW_MS - POLL_MS / 4) list.shift();
+  return list;
+}
+
 function takeStats(stats, now) {
   const rates = new Map();
   const samples = new Map();
+  let span = null;
   for (const p of stats.profiles) {
-    const before = state.samples.get(p.name);
-    rates.set(p.name, before ? rate(before, p, now) : null);
-    samples.set(p.name, { t: now, queries: p.queries, answers: p.answers });
+    const list = remember(state.samples.get(p.name) || [], { t: now, queries: p.queries, answers: p.answers });
+    rates.set(p.name, list.length > 1 ? rate(list[0], list[list.length - 1]) : null);
+    if (list.length > 1) span = Math.max(span ?? 0, (now - list[0].t) / 1000);
+    samples.set(p.name, list);
   }
   // Only the profiles on the page are kept: the map stays as small as the page.
   state.samples = samples;
   state.rates = rates;
-  const s = state.server.sample;
-  const dt = s ? (now - s.t) / 1000 : 0;
-  state.server.rate = s && dt > 0 && stats.queries >= s.queries ? (stats.queries - s.queries) / dt : null;
-  state.server.sample = { t: now, queries: stats.queries };
+  const server = remember(state.server.samples, { t: now, queries: stats.queries });
+  state.server.rate = server.length > 1 ? (stats.queries - server[0].queries) / ((now - server[0].t) / 1000) : null;
+  if (server.length > 1) span = Math.max(span ?? 0, (now - server[0].t) / 1000);
+  state.span = span;
   state.stats = stats;
 }
 
-/// Rates between two readings; null when the totals went backwards (a moment in a reload).
-function rate(before, now, t) {
-  const dt = (t - before.t) / 1000;
-  if (dt <= 0 || now.queries < before.queries) return null;
+/// Rates between two readings.
+function rate(before, now) {
+  const dt = (now.t - before.t) / 1000;
+  if (dt <= 0) return null;
   const answers = {};
   let total = 0;
   for (const [ep, n] of Object.entries(now.answers)) {
@@ -200,6 +253,13 @@ function rate(before, now, t) {
     total += answers[ep];
   }
   return { queries: (now.queries - before.queries) / dt, answers, total };
+}
+
+/// "last 60 s": how long the rates shown are averaged over (less just after the page
+/// opened).
+function windowLabel() {
+  if (state.span === null) return "";
+  return "last " + Math.min(RATE_WINDOW_MS / 1000, Math.round(state.span)) + " s";
 }
 
 function takeEvents(r) {
@@ -220,6 +280,7 @@ function show(what) {
   $("login").hidden = what !== "login";
   $("layout").hidden = what !== "live";
   $("forget-token").hidden = !state.token;
+  $("read-only").hidden = state.role !== "read";
 }
 
 function setConn(text, bad) {
@@ -231,7 +292,9 @@ function setConn(text, bad) {
 function render() {
   const list = state.list;
   renderSummary(list);
+  renderReload();
   renderPager(list);
+  setText($("rate-window"), state.span === null ? "" : "(" + windowLabel() + ")");
   const table = $("profiles");
   sync(table, "tbody", list.profiles, (p) => p.name, createProfile, updateProfile);
   $("empty").hidden = list.profiles.length > 0;
@@ -253,8 +316,33 @@ function renderSummary(list) {
     if (n) s.append(" · ", dot(st), fmtInt(n) + " " + st);
   }
   const r = state.server.rate;
-  s.append(" · " + (r === null ? "…" : fmtRate(r)) + " queries/s");
+  s.append(" · " + (r === null ? "…" : fmtRate(r)) + " queries/s" + (r === null ? "" : " (" + windowLabel() + ")"));
   s.dataset.generation = list.generation;
+}
+
+/// A banner while the last reload was rejected: its trigger, time and located errors.
+function renderReload() {
+  const banner = $("reload-banner");
+  const r = state.reload.result;
+  if (!r || r.ok) {
+    if (!banner.hidden) {
+      banner.hidden = true;
+      banner.replaceChildren();
+    }
+    return;
+  }
+  const key = r.time + " " + r.trigger;
+  if (!banner.hidden && banner.dataset.key === key) return;
+  banner.dataset.key = key;
+  const when = text("time", utc(new Date(r.time), true));
+  when.dateTime = r.time;
+  const head = el("p");
+  head.append(text("strong", "Reload rejected"), " (" + r.trigger + ", ", when,
+    "): the running configuration (generation " + r.generation + ") stays. Fix these and reload:");
+  const list = el("ul");
+  for (const e of r.errors) list.append(text("li", e));
+  banner.replaceChildren(head, list);
+  banner.hidden = false;
 }
 
 function renderPager(list) {
@@ -320,11 +408,29 @@ function updateProfile(body, p) {
   row.querySelector(".toggle").setAttribute("aria-expanded", String(open));
   setText(row.cells[2], p.routing);
   setBadge(row.cells[3], p.status);
+  if (p.failover) {
+    const badge = span("failover", text("span", "failover", "badge st-failover"), text("span", "serving backup", "failover-note"));
+    badge.title = "preferred: " + p.failover.preferred.join(", ") + " (not serving); answering: " + p.failover.serving.join(", ");
+    row.cells[3].append(badge);
+  }
+  row.cells[3].dataset.failover = p.failover ? "yes" : "";
   const counts = row.cells[4];
   counts.replaceChildren();
   for (const st of STATUSES) {
     const n = p.endpoints[st];
     if (n) counts.append(span("count", dot(st), n + " " + st));
+  }
+  // Run-time overrides: a drained endpoint keeps its probe status above, so say it here.
+  const overrides = p.overrides || [];
+  const drained = overrides.filter((o) => o.drained).map((o) => o.endpoint);
+  const weighted = overrides.filter((o) => o.weight_override !== null && o.weight_override !== undefined);
+  // The count does not wrap; the names may (they can be long, and the table must fit).
+  if (drained.length) {
+    counts.append(span("count drained", text("span", drained.length + " drained", "nowrap"), " (" + drained.join(", ") + ")"));
+  }
+  if (weighted.length) {
+    const which = weighted.map((o) => o.endpoint + " → " + o.weight_override).join(", ");
+    counts.append(span("count override", text("span", weighted.length + " weight set", "nowrap"), " (" + which + ")"));
   }
   const r = state.rates.get(p.name);
   setText(row.cells[5], r ? fmtRate(r.queries) : "…");
@@ -346,8 +452,8 @@ function updateProfile(body, p) {
 /// The order endpoints are coloured in: their names sorted, the same in the bar and in
 /// the endpoint table.
 function endpointColours(name) {
-  const stats = state.samples.get(name);
-  const names = stats ? Object.keys(stats.answers).sort() : [];
+  const list = state.samples.get(name);
+  const names = list && list.length ? Object.keys(list[list.length - 1].answers).sort() : [];
   return new Map(names.map((n, i) => [n, "c" + (i % 8)]));
 }
 
@@ -453,7 +559,7 @@ function renderChange(cell, c) {
   }
   cell.append(dot(c.from), c.from + " → ", dot(c.to), c.to);
   if (c.reason) cell.append(" — " + c.reason);
-  const when = text("span", " · " + clock(new Date(c.at)) + " (" + ago(c.at) + ")", "muted");
+  const when = text("span", " · " + utc(new Date(c.at), true) + " (" + ago(c.at) + ")", "muted");
   when.title = c.at;
   cell.append(when);
 }
@@ -468,8 +574,9 @@ function renderShare(cell, ep, r) {
 }
 
 function renderDrain(cell, profile, ep) {
-  // Only servers whose API reports `drained` can drain: older ones show no button.
-  if (typeof ep.drained !== "boolean") {
+  // Only servers whose API reports `drained` can drain (older ones show no button), and
+  // only a write token may.
+  if (typeof ep.drained !== "boolean" || state.role === "read") {
     cell.replaceChildren();
     return;
   }
@@ -504,7 +611,7 @@ function renderEvents() {
   };
   const update = (li, e) => {
     if (li.childElementCount) return; // an event never changes
-    const time = text("time", clock(new Date(e.time)), "muted");
+    const time = text("time", utc(new Date(e.time), true), "muted");
     time.dateTime = e.time;
     time.title = e.time;
     li.dataset.kind = e.kind;
@@ -593,6 +700,7 @@ async function submitToken(ev) {
   state.token = token;
   try {
     await api("/api/v1/profiles?limit=0");
+    state.role = null;
     sessionStorage.setItem(TOKEN_KEY, token);
     input.value = "";
     $("token-error").hidden = true;
@@ -715,8 +823,13 @@ function fmtRate(r) {
 
 const pct = (share) => Math.round(share * 100) + "%";
 
-function clock(d) {
-  return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+/// "04:05:06 UTC", or with `withDate` and a day other than today (UTC),
+/// "2026-12-01 04:05:06 UTC": the logs' clock, 24-hour, whatever the browser's zone.
+function utc(d, withDate) {
+  const iso = d.toISOString();
+  const today = new Date().toISOString().slice(0, 10);
+  const day = withDate && iso.slice(0, 10) !== today ? iso.slice(0, 10) + " " : "";
+  return day + iso.slice(11, 19) + " UTC";
 }
 
 function ago(iso) {

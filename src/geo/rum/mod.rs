@@ -1,0 +1,16 @@
+//! Real user measurements (`docs/rum.md`): the round-trip times browsers measure to each
+//! region, aggregated per client network and published as an immutable table for the
+//! query path. Pure: no I/O, and time is passed in, so the same reports at the same times
+//! always give the same table.
+//!
+//! `settings` is the validated `rum:` block, `aggregate` keeps the recent samples of each
+//! network (bounded, evicting the least recently reported), and `table` is what a publish
+//! step builds from it: sorted prefixes, looked up without allocating or locking.
+
+pub mod aggregate;
+pub mod settings;
+pub mod table;
+
+pub use aggregate::{Aggregator, Sample};
+pub use settings::{Aggregation, RumSettings, RumTarget};
+pub use table::{Measured, MeasuredLatency, MeasuredRow};
