@@ -14,7 +14,9 @@ use steerdns::config;
 use steerdns::model::events::Events;
 use steerdns::probe::Prober;
 use steerdns::server::control::Control;
+use steerdns::server::dnstap::QueryLog;
 use steerdns::server::overrides::Change;
+use steerdns::server::reloader::{Reloader, Trigger};
 use steerdns::wire::name::WireName;
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +38,9 @@ async fn main() {
     let events = Arc::new(Events::with_capacity(1000));
     let prober =
         Arc::new(Prober::start(&loaded.snapshot, CancellationToken::new(), events.clone()));
-    let control = Control::new(path.clone(), loaded, prober, events, None, None);
+    let query_log = Arc::new(QueryLog::start(None).expect("no query log"));
+    let control = Arc::new(Control::new(path.clone(), loaded, prober, events, query_log, None));
+    let reloader = Reloader::new(control.clone());
     // Changes first: a change waits for the previous swap's old snapshot to be freed,
     // which after a reload is the whole previous configuration.
     let (mut changes, mut cpu) = (Vec::new(), Vec::new());
@@ -51,7 +55,7 @@ async fn main() {
     let mut reloads = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        control.reload("bench").expect("reload");
+        reloader.reload_blocking(Trigger::Request).expect("reload");
         reloads.push(t.elapsed());
     }
     println!("one drain or undrain:    {}", summary(&mut changes));
