@@ -96,16 +96,12 @@ impl QueryLog {
 
     /// The way in for one UDP worker thread.
     pub fn udp(self: &Arc<Self>) -> UdpLog {
-        let mut log = UdpLog { log: self.clone(), seen: 0, tap: None };
-        log.follow(self.generation.load(Ordering::Acquire));
-        log
+        Following::new(self, UdpTap::new)
     }
 
     /// The way in for one TCP connection.
     pub fn tcp(self: &Arc<Self>) -> TcpLog {
-        let mut log = TcpLog { log: self.clone(), seen: 0, tap: None };
-        log.follow(self.generation.load(Ordering::Acquire));
-        log
+        Following::new(self, TcpTap::new)
     }
 
     /// Call once the query paths are done: every writer writes what is left, closes its
@@ -121,17 +117,31 @@ impl QueryLog {
     }
 }
 
-/// A UDP worker's way in, following reloads.
-pub struct UdpLog {
+/// A way into the query log that follows reloads: a UDP worker's ring (`UdpLog`) or a TCP
+/// connection's (`TcpLog`).
+pub struct Following<T> {
     log: Arc<QueryLog>,
     seen: u64,
-    tap: Option<UdpTap>,
+    tap: Option<T>,
+    /// Makes the way into a writer the first time this path follows it.
+    make: fn(Arc<Shared>) -> T,
 }
 
-impl UdpLog {
-    /// The ring to log this batch into, if the log is on. Call once a batch.
+/// A UDP worker's way in: call `current` once a batch.
+pub type UdpLog = Following<UdpTap>;
+/// A TCP connection's way in: call `current` once a query.
+pub type TcpLog = Following<TcpTap>;
+
+impl<T> Following<T> {
+    fn new(log: &Arc<QueryLog>, make: fn(Arc<Shared>) -> T) -> Following<T> {
+        let mut way = Following { log: log.clone(), seen: 0, tap: None, make };
+        way.follow(log.generation.load(Ordering::Acquire));
+        way
+    }
+
+    /// Where to log, if the log is on.
     #[inline]
-    pub fn current(&mut self) -> Option<&mut UdpTap> {
+    pub fn current(&mut self) -> Option<&mut T> {
         let generation = self.log.generation.load(Ordering::Acquire);
         if generation != self.seen {
             self.follow(generation);
@@ -139,37 +149,11 @@ impl UdpLog {
         self.tap.as_mut()
     }
 
-    /// Lets go of the old ring (its writer drains it) and takes one in the current log.
+    /// Lets go of the old way in (its writer drains it) and takes one in the current log.
     #[cold]
     fn follow(&mut self, generation: u64) {
         self.seen = generation;
         self.tap = None;
-        self.tap = self.log.current.load_full().map(UdpTap::new);
-    }
-}
-
-/// A TCP connection's way in, following reloads.
-pub struct TcpLog {
-    log: Arc<QueryLog>,
-    seen: u64,
-    tap: Option<TcpTap>,
-}
-
-impl TcpLog {
-    /// Where to log this query, if the log is on. Call once a query.
-    #[inline]
-    pub fn current(&mut self) -> Option<&mut TcpTap> {
-        let generation = self.log.generation.load(Ordering::Acquire);
-        if generation != self.seen {
-            self.follow(generation);
-        }
-        self.tap.as_mut()
-    }
-
-    #[cold]
-    fn follow(&mut self, generation: u64) {
-        self.seen = generation;
-        self.tap = None;
-        self.tap = self.log.current.load_full().map(TcpTap::new);
+        self.tap = self.log.current.load_full().map(self.make);
     }
 }
