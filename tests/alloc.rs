@@ -152,7 +152,8 @@ fn allocates_nothing(snap: &Snapshot) {
     let mut out = Vec::with_capacity(1500);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut ask = |q: &[u8]| {
-        let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
+        let packet =
+            Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000, measured: None };
         respond(snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: the output buffer reaches its working size.
@@ -192,7 +193,13 @@ fn logging_queries_in_dnstap_allocates_nothing() {
     let mut round = || {
         for q in &queries {
             let now = Time::now();
-            let packet = Packet { bytes: q, src: client.ip(), transport: Transport::Udp, now: 1 };
+            let packet = Packet {
+                bytes: q,
+                src: client.ip(),
+                transport: Transport::Udp,
+                now: 1,
+                measured: None,
+            };
             let answered = respond(&snap, &*snap.health, packet, &mut rng, &mut reply, None);
             assert!(answered.is_some() && udp.sampled(&mut rng));
             let response = Some((&reply[..], Time::now()));
@@ -272,7 +279,7 @@ fn signed_answers_from_the_caches_allocate_nothing() {
     let mut out = Vec::with_capacity(1500);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut ask = |q: &[u8]| {
-        let packet = Packet { bytes: q, src, transport: Transport::Udp, now };
+        let packet = Packet { bytes: q, src, transport: Transport::Udp, now, measured: None };
         respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: every answer (multivalue subsets too) has been signed once and is cached.
@@ -448,7 +455,13 @@ fn profiles_past_every_inline_size_allocate_nothing() {
             qs.push(query(&fqdn, RecordType::AAAA, Some(c)));
         }
         let mut ask = |q: &[u8]| {
-            let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
+            let packet = Packet {
+                bytes: q,
+                src,
+                transport: Transport::Udp,
+                now: 1_800_000_000,
+                measured: None,
+            };
             respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
         };
         // Warm up: the scratch space and the output buffer reach their working sizes.
@@ -516,7 +529,7 @@ fn signatures_made_on_the_query_path_allocate_nothing() {
     let mut round = |r: u32| {
         let now = 1_800_000_000 + r * validity;
         for (q, transport) in &queries {
-            let packet = Packet { bytes: q, src, transport: *transport, now };
+            let packet = Packet { bytes: q, src, transport: *transport, now, measured: None };
             assert!(respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some());
             assert!(out.len() > 10_000 || *transport == Transport::Udp, "the whole RRset");
         }
