@@ -4,8 +4,9 @@
 //! staying within `max_networks` and the documented memory (a counting allocator watches
 //! the pure aggregate); and a headless Chromium loading a page with a strict CSP that
 //! embeds the beacon, which times two local servers (5 ms and 120 ms) and reports, until
-//! the admin API's published table prefers the fast region, moves when the delays swap,
-//! and does not move when the margin is larger than the difference.
+//! the admin API's published table prefers the fast region — and DNS over UDP answers the
+//! browser's network from that region, scope /24 — moves when the delays swap, and does
+//! not move when the margin is larger than the difference.
 
 mod common;
 
@@ -576,9 +577,26 @@ fn ms(row: &Value, name: &str) -> f64 {
     region(row, name)["ms"].as_f64().unwrap_or_else(|| panic!("no {name} in {row}"))
 }
 
-/// One server's run: the fast region first, then the delays swapped. Returns the rows
-/// before and after the swap.
-async fn swap_run(b: &Browser, margin_ms: u32) -> (Value, Value) {
+/// The `fast` profile's answer (one endpoint per region) for the browser's network, asked
+/// over UDP with ECS 127.0.0.0/24, and the ECS scope of the reply.
+async fn dns_for_browser(h: &Harness) -> (String, u8) {
+    let r = h.udp(&Q::new(&fq("fast"), T_A).edns().ecs(ip("127.0.0.0"), 24)).await;
+    let (_, source, scope, _) = r.ecs().unwrap_or_else(|| panic!("no ECS option: {r:#?}"));
+    assert_eq!(source, 24, "{r:#?}");
+    (r.single(), scope)
+}
+
+/// What one server's run saw: the measured row and the DNS answer for the browser's
+/// network, each before and after the delays swap.
+struct SwapRun {
+    first: Value,
+    first_dns: (String, u8),
+    second: Value,
+    second_dns: (String, u8),
+}
+
+/// One server's run: the fast region first, then the delays swapped.
+async fn swap_run(b: &Browser, margin_ms: u32) -> SwapRun {
     let (eu, us) = (Delayed::start(5).await, Delayed::start(120).await);
     let extra = format!(
         "  min_samples: 3\n  burst: 1000\n  margin_ms: {margin_ms}\n  margin_percent: 10\n"
@@ -590,6 +608,8 @@ async fn swap_run(b: &Browser, margin_ms: u32) -> (Value, Value) {
     let first =
         measured_when(admin, "127.0.0.1", "three loads", |v| region(v, "us-east")["samples"] == 3)
             .await;
+    // The admin API reads the same published table as the DNS workers.
+    let first_dns = dns_for_browser(&h).await;
     eu.set(120);
     us.set(5);
     // Seven samples each: four new outweigh three old in the median.
@@ -597,16 +617,20 @@ async fn swap_run(b: &Browser, margin_ms: u32) -> (Value, Value) {
     let second =
         measured_when(admin, "127.0.0.1", "seven loads", |v| region(v, "us-east")["samples"] == 7)
             .await;
+    let second_dns = dns_for_browser(&h).await;
     page_task.abort();
     h.stop().await;
-    (first, second)
+    SwapRun { first, first_dns, second, second_dns }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     let Some(b) = Browser::start().await else { return };
-    let (first, second) = swap_run(&b, 20).await;
+    let SwapRun { first, first_dns, second, second_dns } = swap_run(&b, 20).await;
     eprintln!("measured before the swap: {first}\nafter: {second}");
+    // DNS follows the measurements: dublin (eu-west), then virginia (us-east), scope /24.
+    assert_eq!(first_dns, ("A 192.0.2.41".to_string(), 24), "{first}");
+    assert_eq!(second_dns, ("A 192.0.2.42".to_string(), 24), "{second}");
     assert_eq!(first["network"], "127.0.0.0/24", "{first}");
     assert_eq!(first["aggregate"], false);
     assert!(ms(&first, "eu-west") < 100.0 && ms(&first, "us-east") >= 100.0, "{first}");
@@ -615,8 +639,10 @@ async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     assert_eq!(second["preferred"], "us-east", "{second}");
 
     // A margin larger than the difference holds the first preference.
-    let (first, second) = swap_run(&b, 5000).await;
+    let SwapRun { first, first_dns, second, second_dns } = swap_run(&b, 5000).await;
     assert_eq!(first["preferred"], "eu-west", "{first}");
+    assert_eq!(first_dns, ("A 192.0.2.41".to_string(), 24), "{first}");
+    assert_eq!(second_dns, ("A 192.0.2.41".to_string(), 24), "held: {second}");
     assert!(ms(&second, "us-east") < ms(&second, "eu-west"), "{second}");
     assert_eq!(second["preferred"], "eu-west", "held within the margin: {second}");
     let _ = b.client.clone().close().await;
