@@ -586,13 +586,26 @@ async fn dns_for_browser(h: &Harness) -> (String, u8) {
     (r.single(), scope)
 }
 
-/// What one server's run saw: the measured row and the DNS answer for the browser's
-/// network, each before and after the delays swap.
+/// The admin API's explain of `fast` for the browser's address: the trace line that says
+/// which source decided.
+async fn explained_source(admin: SocketAddr) -> String {
+    let path = format!("/api/v1/explain?name={}&type=A&client=127.0.0.1", fq("fast"));
+    let r = http_get(admin, &path, None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let lines = v["trace"].as_array().unwrap_or_else(|| panic!("no trace: {v}"));
+    let line = lines.iter().filter_map(Value::as_str).find(|l| l.starts_with("measured"));
+    line.unwrap_or_else(|| panic!("no measured line: {v}")).to_string()
+}
+
+/// What one server's run saw: the measured row, the DNS answer for the browser's network
+/// and explain's line, each before and after the delays swap.
 struct SwapRun {
     first: Value,
     first_dns: (String, u8),
     second: Value,
     second_dns: (String, u8),
+    second_explained: String,
 }
 
 /// One server's run: the fast region first, then the delays swapped.
@@ -618,16 +631,25 @@ async fn swap_run(b: &Browser, margin_ms: u32) -> SwapRun {
         measured_when(admin, "127.0.0.1", "seven loads", |v| region(v, "us-east")["samples"] == 7)
             .await;
     let second_dns = dns_for_browser(&h).await;
+    let second_explained = explained_source(admin).await;
     page_task.abort();
     h.stop().await;
-    SwapRun { first, first_dns, second, second_dns }
+    SwapRun { first, first_dns, second, second_dns, second_explained }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     let Some(b) = Browser::start().await else { return };
-    let SwapRun { first, first_dns, second, second_dns } = swap_run(&b, 20).await;
+    let SwapRun { first, first_dns, second, second_dns, second_explained } = swap_run(&b, 20).await;
     eprintln!("measured before the swap: {first}\nafter: {second}");
+    // "measured: us-east 9.2 ms (median of 7 samples) from 127.0.0.0/24 (preferred)": the
+    // trace shows tenths of the figure the API gives to the microsecond.
+    let traced = second_explained
+        .strip_prefix("measured: us-east ")
+        .and_then(|l| l.strip_suffix(" ms (median of 7 samples) from 127.0.0.0/24 (preferred)"))
+        .and_then(|ms| ms.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{second_explained}"));
+    assert!((traced - ms(&second, "us-east")).abs() <= 0.05 + 1e-9, "{second_explained}");
     // DNS follows the measurements: dublin (eu-west), then virginia (us-east), scope /24.
     assert_eq!(first_dns, ("A 192.0.2.41".to_string(), 24), "{first}");
     assert_eq!(second_dns, ("A 192.0.2.42".to_string(), 24), "{second}");
@@ -639,7 +661,7 @@ async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     assert_eq!(second["preferred"], "us-east", "{second}");
 
     // A margin larger than the difference holds the first preference.
-    let SwapRun { first, first_dns, second, second_dns } = swap_run(&b, 5000).await;
+    let SwapRun { first, first_dns, second, second_dns, .. } = swap_run(&b, 5000).await;
     assert_eq!(first["preferred"], "eu-west", "{first}");
     assert_eq!(first_dns, ("A 192.0.2.41".to_string(), 24), "{first}");
     assert_eq!(second_dns, ("A 192.0.2.41".to_string(), 24), "held: {second}");
