@@ -4,12 +4,13 @@
 use std::time::SystemTime;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::extract::JsonQuery;
 use super::{Shared, error};
 use crate::model::events::Event;
 
@@ -18,7 +19,7 @@ pub struct Params {
     since: Option<String>,
 }
 
-pub async fn list(State(c): State<Shared>, Query(q): Query<Params>) -> Response {
+pub async fn list(State(c): State<Shared>, JsonQuery(q): JsonQuery<Params>) -> Response {
     let since = match q.since.as_deref().map(str::parse::<u64>) {
         None => 0,
         Some(Ok(n)) => n,

@@ -1,8 +1,8 @@
 //! The admin HTTP API (axum): health, Prometheus metrics, profile status, answer counts,
 //! explain, reload, run-time overrides of endpoints, the event list, the cluster's replicas,
-//! and the status page that shows them in a browser. Everything but `/healthz` and the
-//! page's own files requires a bearer token when any is configured; the token's name says
-//! who made a change.
+//! the status page that shows them in a browser, and the API's OpenAPI description.
+//! Everything but `/healthz`, the description and the page's own files requires a bearer
+//! token when any is configured; the token's name says who made a change.
 //! Handlers read the running snapshot and the prober through `Control`.
 //!
 //! Connections are served by hyper directly rather than `axum::serve`, which has no
@@ -12,8 +12,10 @@
 
 mod cluster;
 mod events;
+pub(crate) mod extract;
 pub mod failover;
 pub mod metrics;
+pub mod openapi;
 mod overrides;
 mod page;
 pub mod probes;
@@ -25,11 +27,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use axum::{Json, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -40,6 +42,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 
+use self::extract::{JsonPath, JsonQuery};
 use self::select::{ListParams, SelectError, Selected};
 use super::control::Control;
 use super::reloader::{ReloadError, Reloader, Trigger};
@@ -63,32 +66,81 @@ const MAX_HEAD: usize = 16 * 1024;
 /// How long shutdown waits for requests in progress.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// Every route of the API: the router is built from this list, and tests/openapi.rs
+/// checks it against docs/api/openapi.yaml both ways, so neither can gain a route alone.
+pub const ROUTES: &[(&str, Method)] = &[
+    ("/healthz", Method::GET),
+    ("/", Method::GET),
+    ("/ui/app.js", Method::GET),
+    ("/ui/style.css", Method::GET),
+    ("/api/v1/openapi.json", Method::GET),
+    ("/metrics", Method::GET),
+    ("/api/v1/profiles", Method::GET),
+    ("/api/v1/profiles/{name}", Method::GET),
+    ("/api/v1/stats", Method::GET),
+    ("/api/v1/explain", Method::GET),
+    ("/api/v1/reload", Method::GET),
+    ("/api/v1/reload", Method::POST),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", Method::POST),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", Method::POST),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", Method::PUT),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", Method::DELETE),
+    ("/api/v1/events", Method::GET),
+    ("/api/v1/cluster", Method::GET),
+    ("/api/v1/whoami", Method::GET),
+    ("/api/v1/rum", Method::GET),
+];
+
+/// The routes served without the token: they hold no data and no secret.
+pub const OPEN_ROUTES: &[&str] =
+    &["/healthz", "/", "/ui/app.js", "/ui/style.css", "/api/v1/openapi.json"];
+
+/// The handler of one entry of `ROUTES`.
+fn handler(path: &str, method: &Method) -> MethodRouter<Shared> {
+    match (path, method.as_str()) {
+        ("/healthz", "GET") => get(|| async { "ok" }),
+        ("/", "GET") => get(page::index),
+        ("/ui/app.js", "GET") => get(page::app_js),
+        ("/ui/style.css", "GET") => get(page::style_css),
+        ("/api/v1/openapi.json", "GET") => get(openapi::serve),
+        ("/metrics", "GET") => get(metrics),
+        ("/api/v1/profiles", "GET") => get(profiles),
+        ("/api/v1/profiles/{name}", "GET") => get(profile),
+        ("/api/v1/stats", "GET") => get(stats),
+        ("/api/v1/explain", "GET") => get(explain_query),
+        ("/api/v1/reload", "GET") => get(last_reload),
+        ("/api/v1/reload", "POST") => post(reload),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", "POST") => post(overrides::drain),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", "POST") => {
+            post(overrides::undrain)
+        }
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", "PUT") => {
+            put(overrides::set_weight)
+        }
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", "DELETE") => {
+            delete(overrides::clear_weight)
+        }
+        ("/api/v1/events", "GET") => get(events::list),
+        ("/api/v1/cluster", "GET") => get(cluster::show),
+        ("/api/v1/whoami", "GET") => get(whoami),
+        ("/api/v1/rum", "GET") => get(crate::server::rum::api::lookup),
+        _ => panic!("ROUTES lists {method} {path}, which has no handler"),
+    }
+}
+
 /// The API's routes, ready to serve.
 pub fn router(control: Shared) -> Router {
-    let api = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/api/v1/profiles", get(profiles))
-        .route("/api/v1/profiles/{name}", get(profile))
-        .route("/api/v1/stats", get(stats))
-        .route("/api/v1/explain", get(explain_query))
-        .route("/api/v1/reload", get(last_reload).post(reload))
-        .route("/api/v1/profiles/{name}/endpoints/{endpoint}/drain", post(overrides::drain))
-        .route("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", post(overrides::undrain))
-        .route(
-            "/api/v1/profiles/{name}/endpoints/{endpoint}/weight",
-            put(overrides::set_weight).delete(overrides::clear_weight),
-        )
-        .route("/api/v1/events", get(events::list))
-        .route("/api/v1/cluster", get(cluster::show))
-        .route("/api/v1/whoami", get(whoami))
-        .route("/api/v1/rum", get(crate::server::rum::api::lookup))
-        .route_layer(middleware::from_fn_with_state(control.clone(), require_token));
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/", get(page::index))
-        .route("/ui/app.js", get(page::app_js))
-        .route("/ui/style.css", get(page::style_css))
-        .merge(api)
+    let (mut open, mut api) = (Router::new(), Router::new());
+    for (path, method) in ROUTES {
+        // The same path twice (another method) merges into one method router.
+        if OPEN_ROUTES.contains(path) {
+            open = open.route(path, handler(path, method));
+        } else {
+            api = api.route(path, handler(path, method));
+        }
+    }
+    let api = api.route_layer(middleware::from_fn_with_state(control.clone(), require_token));
+    open.merge(api)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path") })
         .layer(RequestBodyLimitLayer::new(MAX_BODY))
         .with_state(control)
@@ -249,7 +301,7 @@ async fn metrics(State(c): State<Shared>) -> Response {
 
 /// Every profile, or with any of `q`, `status`, `offset`, `limit` one page of the
 /// matching ones with the counts a pager needs.
-async fn profiles(State(c): State<Shared>, Query(params): Query<ListParams>) -> Response {
+async fn profiles(State(c): State<Shared>, JsonQuery(params): JsonQuery<ListParams>) -> Response {
     let snap = c.snapshot();
     if params.is_empty() {
         let list: Vec<Value> =
@@ -274,7 +326,7 @@ async fn profiles(State(c): State<Shared>, Query(params): Query<ListParams>) -> 
 }
 
 /// Answer counts of the profiles selected as for `/api/v1/profiles`.
-async fn stats(State(c): State<Shared>, Query(params): Query<ListParams>) -> Response {
+async fn stats(State(c): State<Shared>, JsonQuery(params): JsonQuery<ListParams>) -> Response {
     let snap = c.snapshot();
     match selection(&snap, &params) {
         Ok(selected) => Json(stats::render(&c, &snap, &selected)).into_response(),
@@ -325,7 +377,7 @@ fn profile_status(snap: &Snapshot, id: usize) -> Status {
     status::child_status(ctx, &Nested { child: id, min_child: 1, min_child_v4: 0, min_child_v6: 0 })
 }
 
-async fn profile(State(c): State<Shared>, Path(name): Path<String>) -> Response {
+async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> Response {
     let snap = c.snapshot();
     let Ok(abs) = explain::absolute(&snap, &name) else {
         return error(StatusCode::BAD_REQUEST, format!("invalid profile name {name:?}"));
@@ -386,7 +438,10 @@ struct ExplainParams {
     client: Option<String>,
 }
 
-async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) -> Response {
+async fn explain_query(
+    State(c): State<Shared>,
+    JsonQuery(q): JsonQuery<ExplainParams>,
+) -> Response {
     let snap = c.snapshot();
     let Some(name) = q.name.filter(|n| !n.is_empty()) else {
         return error(StatusCode::BAD_REQUEST, "name= is required");
@@ -394,10 +449,11 @@ async fn explain_query(State(c): State<Shared>, Query(q): Query<ExplainParams>) 
     let Some(client) = q.client.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) else {
         return error(StatusCode::BAD_REQUEST, "client= must be an IP address");
     };
-    let qtype = match explain::parse_type(q.qtype.as_deref().unwrap_or("A")) {
-        Ok(t) => t,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
+    let qtype =
+        match explain::parse_type(q.qtype.as_deref().filter(|t| !t.is_empty()).unwrap_or("A")) {
+            Ok(t) => t,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        };
     let abs = match explain::absolute(&snap, &name) {
         Ok(n) => n,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),

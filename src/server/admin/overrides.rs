@@ -6,19 +6,20 @@
 use axum::Extension;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::extract::JsonPath;
 use super::{Caller, Shared, error};
 use crate::responder::explain;
 use crate::server::cluster;
 use crate::server::overrides::{Change, OverrideError};
 use crate::wire::name::WireName;
 
-type Target = Path<(String, String)>;
+type Target = JsonPath<(String, String)>;
 
 pub async fn drain(
     State(c): State<Shared>,
@@ -40,7 +41,19 @@ pub async fn undrain(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WeightBody {
-    weight: u32,
+    // A JSON number: `5.0` is as whole as `5`.
+    weight: serde_json::Number,
+}
+
+/// `n` as a weight, when it is a whole number that fits.
+fn whole(n: &serde_json::Number) -> Option<u32> {
+    let exact = n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(f))
+            // Whole and in range: the cast is exact.
+            .map(|f| f as u64)
+    });
+    exact.and_then(|v| u32::try_from(v).ok())
 }
 
 pub async fn set_weight(
@@ -49,8 +62,9 @@ pub async fn set_weight(
     p: Target,
     body: Bytes,
 ) -> Response {
-    match serde_json::from_slice::<WeightBody>(&body) {
-        Ok(b) => change(c, by, p, Change::Weight(b.weight)).await,
+    let parsed = serde_json::from_slice::<WeightBody>(&body).map_err(|e| e.to_string());
+    match parsed.and_then(|b| whole(&b.weight).ok_or(format!("{} is not one", b.weight))) {
+        Ok(w) => change(c, by, p, Change::Weight(w)).await,
         Err(e) => error(
             StatusCode::BAD_REQUEST,
             format!("the body must be {{\"weight\": N}} with N a whole number from 0: {e}"),
@@ -66,7 +80,12 @@ pub async fn clear_weight(
     change(c, by, p, Change::ClearWeight).await
 }
 
-async fn change(c: Shared, by: Caller, Path((name, endpoint)): Target, change: Change) -> Response {
+async fn change(
+    c: Shared,
+    by: Caller,
+    JsonPath((name, endpoint)): Target,
+    change: Change,
+) -> Response {
     let abs = match explain::absolute(&c.snapshot(), &name) {
         Ok(n) => WireName::from_name(&n),
         Err(_) => return error(StatusCode::BAD_REQUEST, format!("invalid profile name {name:?}")),

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::server::admin::extract::JsonQuery;
 use crate::server::control::Control;
 
 #[derive(Deserialize)]
@@ -28,7 +29,7 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({ "error": message.into() }))).into_response()
 }
 
-pub async fn lookup(State(c): State<Arc<Control>>, Query(q): Query<Params>) -> Response {
+pub async fn lookup(State(c): State<Arc<Control>>, JsonQuery(q): JsonQuery<Params>) -> Response {
     let Some(rum) = c.rum.get() else {
         return error(StatusCode::NOT_FOUND, "real user measurements are off (no rum: block)");
     };
