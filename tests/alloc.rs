@@ -5,11 +5,11 @@
 //! the dnstap query log (its writer thread included).
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::cell::Cell;
-use std::sync::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, Query};
@@ -226,7 +226,7 @@ fn measured_table(snap: &Snapshot) -> MeasuredLatency {
 
 #[test]
 fn performance_with_measurements_allocates_nothing() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = turn();
     let loaded = example();
     let snap = &loaded.snapshot;
     let measured = measured_table(snap);
