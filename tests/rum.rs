@@ -1,6 +1,7 @@
 //! Real user measurements, end to end: the `rum:` block's located errors; the public
 //! listener refusing bad reports of every kind without storing anything, limiting each
-//! address, and believing `X-Forwarded-For` only from trusted proxies; a flood of networks
+//! address, and believing `X-Forwarded-For` only from trusted proxies; stored reports
+//! steering `routing: performance` answers over UDP and TCP; a flood of networks
 //! staying within `max_networks` and the documented memory (a counting allocator watches
 //! the pure aggregate); and a headless Chromium loading a page with a strict CSP that
 //! embeds the beacon, which times two local servers (5 ms and 120 ms) and reports, until
@@ -289,6 +290,38 @@ async fn bad_reports_of_every_kind_are_refused_and_store_nothing() {
     );
     assert_eq!(http(to, "GET", "/rum/v1/report", &[]).await.status, 405);
     assert_eq!(http(to, "GET", "/api/v1/rum", &[]).await.status, 404, "no admin API here");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_steer_performance_answers_over_udp_and_tcp() {
+    let extra = "  min_samples: 1\n  burst: 1000\n";
+    let h = start(&rum_block("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", extra)).await;
+    let (to, admin) = (rum_addr(&h), h.admin());
+    let ask = |client: &str, source: u8| Q::new(&fq("fast"), T_A).edns().ecs(ip(client), source);
+    // Before any report: no latency row, no location, so every region is unknown and the
+    // latency table's first region, eu-west, answers.
+    assert_eq!(h.udp(&ask("127.0.0.0", 24)).await.single(), "A 192.0.2.41");
+    let unmeasured = h.udp(&ask("10.1.2.0", 24)).await;
+    let before = (unmeasured.single(), unmeasured.ecs().map(|e| e.2));
+    let body = r#"{"v":1,"m":[{"region":"eu-west","ms":120},{"region":"us-east","ms":8}]}"#;
+    assert_eq!(report(to, body).await, 204);
+    measured_when(admin, "127.0.0.1", "stored", |v| v["preferred"] == "us-east").await;
+    // (ECS client, source prefix, answer, scope): the measured /24, its /16 aggregate for a
+    // neighbour, and a client with no row, answered as before the report.
+    let cases = [
+        ("127.0.0.0", 24, ("A 192.0.2.42".to_string(), Some(24))),
+        ("127.0.0.77", 32, ("A 192.0.2.42".to_string(), Some(24))),
+        ("127.0.9.0", 24, ("A 192.0.2.42".to_string(), Some(16))),
+        ("10.1.2.0", 24, before),
+    ];
+    for (client, source, want) in cases {
+        for r in [h.udp(&ask(client, source)).await, h.tcp(&ask(client, source)).await] {
+            assert_eq!((r.single(), r.ecs().map(|e| e.2)), want, "{client}/{source}");
+        }
+    }
+    // Without ECS the source address, 127.0.0.1, is the client.
+    assert_eq!(h.udp(&Q::new(&fq("fast"), T_A)).await.single(), "A 192.0.2.42");
     h.stop().await;
 }
 
