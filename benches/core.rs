@@ -66,7 +66,13 @@ fn bench_names(
             respond(
                 snap,
                 &*snap.health,
-                Packet { bytes: &q, src, transport: Transport::Udp, now: 1_800_000_000 },
+                Packet {
+                    bytes: &q,
+                    src,
+                    transport: Transport::Udp,
+                    now: 1_800_000_000,
+                    measured: None
+                },
                 &mut rng,
                 &mut out,
                 None
@@ -83,6 +89,7 @@ fn bench_names(
                         src,
                         transport: Transport::Udp,
                         now: 1_800_000_000,
+                        measured: None,
                     },
                     &mut rng,
                     &mut out,

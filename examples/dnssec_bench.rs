@@ -134,7 +134,8 @@ fn respond_cost(config: &str, names: &[String], modes: &[bool], rounds: usize, p
         let start = Instant::now();
         for _ in 0..rounds {
             for q in &queries {
-                let packet = Packet { bytes: q, src, transport: Transport::Udp, now };
+                let packet =
+                    Packet { bytes: q, src, transport: Transport::Udp, now, measured: None };
                 respond(&snap, &*snap.health, packet, &mut rng, &mut out, None);
             }
         }

@@ -80,6 +80,7 @@ fn respond_once(
             src,
             transport: Transport::Udp,
             now: 1_800_000_000,
+            measured: None,
         },
         rng,
         out,

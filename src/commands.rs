@@ -37,5 +37,5 @@ pub fn explain(
     let overrides = explain::down_slots(&snap, down)?;
     let all = AllHealthy(&*snap.health);
     let health = Overlay { base: &all, overrides: &overrides };
-    Ok(explain::explain(&snap, &health, &name, qtype, client))
+    Ok(explain::explain(&snap, &health, &name, qtype, client, None))
 }

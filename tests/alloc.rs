@@ -16,6 +16,7 @@ use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
+use steerdns::geo::rum::{Aggregation, Aggregator, MeasuredLatency};
 use steerdns::model::dnssec::{self, Algorithm, Signer, ZoneKey, ZoneSigning};
 use steerdns::model::presigned;
 use steerdns::model::snapshot::{Dnstap, DnstapOutput, Snapshot};
@@ -187,7 +188,8 @@ fn allocates_nothing(snap: &Snapshot) {
     let mut out = Vec::with_capacity(1500);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut ask = |q: &[u8]| {
-        let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
+        let packet =
+            Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000, measured: None };
         respond(snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: the output buffer reaches its working size.
@@ -199,6 +201,62 @@ fn allocates_nothing(snap: &Snapshot) {
     for _ in 0..1000 {
         for q in &queries {
             ask(q);
+        }
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
+}
+
+/// Real user measurements for `fast`'s clients: a measured /24 (preferred region first),
+/// a neighbour answered by the /16 aggregate, and a client without a row.
+fn measured_table(snap: &Snapshot) -> MeasuredLatency {
+    let latency = snap.world.latency.as_ref().expect("the example has a latency table");
+    let columns: Vec<(String, usize)> = ["eu-west", "us-east", "cn-shanghai"]
+        .iter()
+        .map(|r| (r.to_string(), latency.region(r).expect("region in the table")))
+        .collect();
+    let params = Aggregation { min_samples: 1, ..Aggregation::default() };
+    let mut a = Aggregator::new(params, columns.len());
+    for (i, addr) in ["198.51.100.130", "198.51.100.131", "203.0.113.7"].iter().enumerate() {
+        let at = Duration::from_secs(i as u64 + 1);
+        a.record(addr.parse().unwrap(), &[(0, 40.0), (1, 25.0), (2, 90.0)], at);
+    }
+    a.publish(Duration::from_secs(10), columns, None)
+}
+
+#[test]
+fn performance_with_measurements_allocates_nothing() {
+    let _turn = turn();
+    let loaded = example();
+    let snap = &loaded.snapshot;
+    let measured = measured_table(snap);
+    let queries = [
+        query("fast.tm.example.test.", RecordType::A, Some("198.51.100.130/32")),
+        query("fast.tm.example.test.", RecordType::A, Some("198.51.7.0/24")),
+        query("fast.tm.example.test.", RecordType::A, Some("192.0.2.0/24")),
+        query("fast.tm.example.test.", RecordType::A, None),
+    ];
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut out = Vec::with_capacity(1500);
+    let src: IpAddr = "203.0.113.9".parse().unwrap();
+    let mut ask = |q: &[u8], out: &mut Vec<u8>| {
+        let now = 1_800_000_000;
+        let packet =
+            Packet { bytes: q, src, transport: Transport::Udp, now, measured: Some(&measured) };
+        respond(snap, &*snap.health, packet, &mut rng, out, None).is_some()
+    };
+    for q in &queries {
+        assert!(ask(q, &mut out));
+    }
+    // The measured path is the one taken: us-east (25 ms) answers, not the latency
+    // table's cn-shanghai.
+    assert!(ask(&queries[0], &mut out));
+    let reply = Message::from_vec(&out).unwrap();
+    assert_eq!(reply.answers[0].data.to_string(), "192.0.2.82", "{reply:?}");
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        for q in &queries {
+            ask(q, &mut out);
         }
     }
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;
@@ -227,7 +285,13 @@ fn logging_queries_in_dnstap_allocates_nothing() {
     let mut round = || {
         for q in &queries {
             let now = Time::now();
-            let packet = Packet { bytes: q, src: client.ip(), transport: Transport::Udp, now: 1 };
+            let packet = Packet {
+                bytes: q,
+                src: client.ip(),
+                transport: Transport::Udp,
+                now: 1,
+                measured: None,
+            };
             let answered = respond(&snap, &*snap.health, packet, &mut rng, &mut reply, None);
             assert!(answered.is_some() && udp.sampled(&mut rng));
             let response = Some((&reply[..], Time::now()));
@@ -307,7 +371,7 @@ fn signed_answers_from_the_caches_allocate_nothing() {
     let mut out = Vec::with_capacity(1500);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut ask = |q: &[u8]| {
-        let packet = Packet { bytes: q, src, transport: Transport::Udp, now };
+        let packet = Packet { bytes: q, src, transport: Transport::Udp, now, measured: None };
         respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: every answer (multivalue subsets too) has been signed once and is cached.
@@ -483,7 +547,13 @@ fn profiles_past_every_inline_size_allocate_nothing() {
             qs.push(query(&fqdn, RecordType::AAAA, Some(c)));
         }
         let mut ask = |q: &[u8]| {
-            let packet = Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000 };
+            let packet = Packet {
+                bytes: q,
+                src,
+                transport: Transport::Udp,
+                now: 1_800_000_000,
+                measured: None,
+            };
             respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
         };
         // Warm up: the scratch space and the output buffer reach their working sizes.
@@ -551,7 +621,7 @@ fn signatures_made_on_the_query_path_allocate_nothing() {
     let mut round = |r: u32| {
         let now = 1_800_000_000 + r * validity;
         for (q, transport) in &queries {
-            let packet = Packet { bytes: q, src, transport: *transport, now };
+            let packet = Packet { bytes: q, src, transport: *transport, now, measured: None };
             assert!(respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some());
             assert!(out.len() > 10_000 || *transport == Transport::Udp, "the whole RRset");
         }

@@ -1,11 +1,13 @@
 //! Real user measurements, end to end: the `rum:` block's located errors; the public
 //! listener refusing bad reports of every kind without storing anything, limiting each
-//! address, and believing `X-Forwarded-For` only from trusted proxies; a flood of networks
+//! address, and believing `X-Forwarded-For` only from trusted proxies; stored reports
+//! steering `routing: performance` answers over UDP and TCP; a flood of networks
 //! staying within `max_networks` and the documented memory (a counting allocator watches
 //! the pure aggregate); and a headless Chromium loading a page with a strict CSP that
 //! embeds the beacon, which times two local servers (5 ms and 120 ms) and reports, until
-//! the admin API's published table prefers the fast region, moves when the delays swap,
-//! and does not move when the margin is larger than the difference.
+//! the admin API's published table prefers the fast region — and DNS over UDP answers the
+//! browser's network from that region, scope /24 — moves when the delays swap, and does
+//! not move when the margin is larger than the difference.
 
 mod common;
 
@@ -288,6 +290,38 @@ async fn bad_reports_of_every_kind_are_refused_and_store_nothing() {
     );
     assert_eq!(http(to, "GET", "/rum/v1/report", &[]).await.status, 405);
     assert_eq!(http(to, "GET", "/api/v1/rum", &[]).await.status, 404, "no admin API here");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_steer_performance_answers_over_udp_and_tcp() {
+    let extra = "  min_samples: 1\n  burst: 1000\n";
+    let h = start(&rum_block("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", extra)).await;
+    let (to, admin) = (rum_addr(&h), h.admin());
+    let ask = |client: &str, source: u8| Q::new(&fq("fast"), T_A).edns().ecs(ip(client), source);
+    // Before any report: no latency row, no location, so every region is unknown and the
+    // latency table's first region, eu-west, answers.
+    assert_eq!(h.udp(&ask("127.0.0.0", 24)).await.single(), "A 192.0.2.41");
+    let unmeasured = h.udp(&ask("10.1.2.0", 24)).await;
+    let before = (unmeasured.single(), unmeasured.ecs().map(|e| e.2));
+    let body = r#"{"v":1,"m":[{"region":"eu-west","ms":120},{"region":"us-east","ms":8}]}"#;
+    assert_eq!(report(to, body).await, 204);
+    measured_when(admin, "127.0.0.1", "stored", |v| v["preferred"] == "us-east").await;
+    // (ECS client, source prefix, answer, scope): the measured /24, its /16 aggregate for a
+    // neighbour, and a client with no row, answered as before the report.
+    let cases = [
+        ("127.0.0.0", 24, ("A 192.0.2.42".to_string(), Some(24))),
+        ("127.0.0.77", 32, ("A 192.0.2.42".to_string(), Some(24))),
+        ("127.0.9.0", 24, ("A 192.0.2.42".to_string(), Some(16))),
+        ("10.1.2.0", 24, before),
+    ];
+    for (client, source, want) in cases {
+        for r in [h.udp(&ask(client, source)).await, h.tcp(&ask(client, source)).await] {
+            assert_eq!((r.single(), r.ecs().map(|e| e.2)), want, "{client}/{source}");
+        }
+    }
+    // Without ECS the source address, 127.0.0.1, is the client.
+    assert_eq!(h.udp(&Q::new(&fq("fast"), T_A)).await.single(), "A 192.0.2.42");
     h.stop().await;
 }
 
@@ -576,9 +610,39 @@ fn ms(row: &Value, name: &str) -> f64 {
     region(row, name)["ms"].as_f64().unwrap_or_else(|| panic!("no {name} in {row}"))
 }
 
-/// One server's run: the fast region first, then the delays swapped. Returns the rows
-/// before and after the swap.
-async fn swap_run(b: &Browser, margin_ms: u32) -> (Value, Value) {
+/// The `fast` profile's answer (one endpoint per region) for the browser's network, asked
+/// over UDP with ECS 127.0.0.0/24, and the ECS scope of the reply.
+async fn dns_for_browser(h: &Harness) -> (String, u8) {
+    let r = h.udp(&Q::new(&fq("fast"), T_A).edns().ecs(ip("127.0.0.0"), 24)).await;
+    let (_, source, scope, _) = r.ecs().unwrap_or_else(|| panic!("no ECS option: {r:#?}"));
+    assert_eq!(source, 24, "{r:#?}");
+    (r.single(), scope)
+}
+
+/// The admin API's explain of `fast` for the browser's address: the trace line that says
+/// which source decided.
+async fn explained_source(admin: SocketAddr) -> String {
+    let path = format!("/api/v1/explain?name={}&type=A&client=127.0.0.1", fq("fast"));
+    let r = http_get(admin, &path, None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let lines = v["trace"].as_array().unwrap_or_else(|| panic!("no trace: {v}"));
+    let line = lines.iter().filter_map(Value::as_str).find(|l| l.starts_with("measured"));
+    line.unwrap_or_else(|| panic!("no measured line: {v}")).to_string()
+}
+
+/// What one server's run saw: the measured row, the DNS answer for the browser's network
+/// and explain's line, each before and after the delays swap.
+struct SwapRun {
+    first: Value,
+    first_dns: (String, u8),
+    second: Value,
+    second_dns: (String, u8),
+    second_explained: String,
+}
+
+/// One server's run: the fast region first, then the delays swapped.
+async fn swap_run(b: &Browser, margin_ms: u32) -> SwapRun {
     let (eu, us) = (Delayed::start(5).await, Delayed::start(120).await);
     let extra = format!(
         "  min_samples: 3\n  burst: 1000\n  margin_ms: {margin_ms}\n  margin_percent: 10\n"
@@ -590,6 +654,8 @@ async fn swap_run(b: &Browser, margin_ms: u32) -> (Value, Value) {
     let first =
         measured_when(admin, "127.0.0.1", "three loads", |v| region(v, "us-east")["samples"] == 3)
             .await;
+    // The admin API reads the same published table as the DNS workers.
+    let first_dns = dns_for_browser(&h).await;
     eu.set(120);
     us.set(5);
     // Seven samples each: four new outweigh three old in the median.
@@ -597,16 +663,29 @@ async fn swap_run(b: &Browser, margin_ms: u32) -> (Value, Value) {
     let second =
         measured_when(admin, "127.0.0.1", "seven loads", |v| region(v, "us-east")["samples"] == 7)
             .await;
+    let second_dns = dns_for_browser(&h).await;
+    let second_explained = explained_source(admin).await;
     page_task.abort();
     h.stop().await;
-    (first, second)
+    SwapRun { first, first_dns, second, second_dns, second_explained }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     let Some(b) = Browser::start().await else { return };
-    let (first, second) = swap_run(&b, 20).await;
+    let SwapRun { first, first_dns, second, second_dns, second_explained } = swap_run(&b, 20).await;
     eprintln!("measured before the swap: {first}\nafter: {second}");
+    // "measured: us-east 9.2 ms (median of 7 samples) from 127.0.0.0/24 (preferred)": the
+    // trace shows tenths of the figure the API gives to the microsecond.
+    let traced = second_explained
+        .strip_prefix("measured: us-east ")
+        .and_then(|l| l.strip_suffix(" ms (median of 7 samples) from 127.0.0.0/24 (preferred)"))
+        .and_then(|ms| ms.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{second_explained}"));
+    assert!((traced - ms(&second, "us-east")).abs() <= 0.05 + 1e-9, "{second_explained}");
+    // DNS follows the measurements: dublin (eu-west), then virginia (us-east), scope /24.
+    assert_eq!(first_dns, ("A 192.0.2.41".to_string(), 24), "{first}");
+    assert_eq!(second_dns, ("A 192.0.2.42".to_string(), 24), "{second}");
     assert_eq!(first["network"], "127.0.0.0/24", "{first}");
     assert_eq!(first["aggregate"], false);
     assert!(ms(&first, "eu-west") < 100.0 && ms(&first, "us-east") >= 100.0, "{first}");
@@ -615,8 +694,10 @@ async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     assert_eq!(second["preferred"], "us-east", "{second}");
 
     // A margin larger than the difference holds the first preference.
-    let (first, second) = swap_run(&b, 5000).await;
+    let SwapRun { first, first_dns, second, second_dns, .. } = swap_run(&b, 5000).await;
     assert_eq!(first["preferred"], "eu-west", "{first}");
+    assert_eq!(first_dns, ("A 192.0.2.41".to_string(), 24), "{first}");
+    assert_eq!(second_dns, ("A 192.0.2.41".to_string(), 24), "held: {second}");
     assert!(ms(&second, "us-east") < ms(&second, "eu-west"), "{second}");
     assert_eq!(second["preferred"], "eu-west", "held within the margin: {second}");
     let _ = b.client.clone().close().await;

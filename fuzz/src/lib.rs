@@ -98,7 +98,7 @@ pub fn answer(
 ) -> Option<Message> {
     let mut rng = SmallRng::seed_from_u64(1);
     let mut out = Vec::new();
-    let packet = Packet { bytes: query, src, transport, now: 1_800_000_000 };
+    let packet = Packet { bytes: query, src, transport, now: 1_800_000_000, measured: None };
     respond(snap, health, packet, &mut rng, &mut out, None)?;
     Some(check_reply(query, &out, transport))
 }

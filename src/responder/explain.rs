@@ -12,6 +12,7 @@ use rand::rngs::SmallRng;
 use serde::Serialize;
 
 use super::{Packet, Transport, respond};
+use crate::geo::rum::MeasuredLatency;
 use crate::model::health::{HealthView, Status};
 use crate::model::snapshot::Snapshot;
 use crate::routing::Trace;
@@ -113,14 +114,16 @@ pub fn down_slots(snap: &Snapshot, downs: &[String]) -> Result<Vec<(usize, Statu
         .collect()
 }
 
-/// Answers `name`/`qtype` for a query from `client` with `health` — the responder the wire
-/// runs, run once with a trace — and shows the answer with the decision that produced it.
+/// Answers `name`/`qtype` for a query from `client` with `health` and the `measured`
+/// latency of real users (`None`: none) — the responder the wire runs, run once with a
+/// trace — and shows the answer with the decision that produced it.
 pub fn explain(
     snap: &Snapshot,
     health: &dyn HealthView,
     name: &Name,
     qtype: RecordType,
     client: IpAddr,
+    measured: Option<&MeasuredLatency>,
 ) -> Explanation {
     const SEED: u64 = 0x005e_edde_c1de;
     let trace = Trace::default();
@@ -129,7 +132,7 @@ pub fn explain(
     let mut rng = SmallRng::seed_from_u64(SEED);
     // Over TCP, so the whole answer is shown whatever its size.
     let now = crate::wire::cookie::unix_now();
-    let packet = Packet { bytes: &query, src: client, transport: Transport::Tcp, now };
+    let packet = Packet { bytes: &query, src: client, transport: Transport::Tcp, now, measured };
     respond(snap, health, packet, &mut rng, &mut out, Some(&trace));
     let reply = Message::from_vec(&out).expect("the responder writes valid messages");
     Explanation {

@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use arrayvec::ArrayVec;
 use rand::Rng;
 
+use crate::geo::rum::MeasuredLatency;
 use crate::model::health::HealthView;
 use crate::model::signing::{self, Rrset};
 use crate::model::snapshot::Snapshot;
@@ -42,6 +43,9 @@ pub struct Packet<'q> {
     pub transport: Transport,
     /// When it arrived, in Unix seconds: for DNS cookies' timestamps.
     pub now: u32,
+    /// The published real user measurements, loaded once per batch next to the snapshot;
+    /// `None` when `rum:` is off.
+    pub measured: Option<&'q MeasuredLatency>,
 }
 
 /// Answers `packet` into `out`. `None` when the packet gets no reply. With `trace`, each
@@ -101,6 +105,7 @@ pub fn respond<R: Rng + ?Sized>(
             };
             let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
             ctx.trace = trace;
+            ctx.measured = packet.measured;
             // The cookie of the reply: every reply to a query with a COOKIE option has one,
             // a truncated one too.
             let cookie = req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes));

@@ -358,7 +358,13 @@ mod tests {
         let src: IpAddr = "127.0.0.1".parse().unwrap();
         let mut ask = |name: &str| {
             let q = query(name);
-            let packet = Packet { bytes: &q, src, transport: Transport::Udp, now: 1_800_000_000 };
+            let packet = Packet {
+                bytes: &q,
+                src,
+                transport: Transport::Udp,
+                now: 1_800_000_000,
+                measured: None,
+            };
             respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
         };
         // www: its A RRset (one signature). Two names that do not exist: the SOA and one

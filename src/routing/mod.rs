@@ -25,6 +25,7 @@ use arrayvec::ArrayVec;
 use rand::Rng;
 
 use crate::geo::World;
+use crate::geo::rum::MeasuredLatency;
 use crate::model::health::{HealthTable, HealthView, Status};
 use crate::model::{Endpoint, Profile, ProfileId, Rules, Snapshot, Target, Want};
 
@@ -41,11 +42,14 @@ pub struct Ctx<'a, H: HealthView + ?Sized> {
     /// Where `explain` collects the decision trace; `None` on the query path, where
     /// nothing is formatted.
     pub trace: Option<&'a Trace>,
+    /// The published real user measurements, when `rum:` is on: `routing: performance`
+    /// ranks regions by them first.
+    pub measured: Option<&'a MeasuredLatency>,
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
     pub fn new(profiles: &'a [Arc<Profile>], health: &'a H, world: &'a World) -> Self {
-        Ctx { profiles, health, world, trace: None }
+        Ctx { profiles, health, world, trace: None, measured: None }
     }
 
     /// Records one line of the decision trace (only when tracing).

@@ -203,6 +203,10 @@ impl Server {
     }
 
     async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
+        // Made before the DNS listeners, which read its published table on every query.
+        if let Some(settings) = self.control.snapshot().rum.clone() {
+            let _ = self.control.rum.set(Arc::new(rum::Rum::new(settings)));
+        }
         let conns = Arc::new(tcp_table(listen.tcp.max_connections, listen.tcp.per_source));
         let mut skipped = None;
         for &addr in &listen.dns {
@@ -242,8 +246,8 @@ impl Server {
 
     /// The real user measurements listeners and their publisher, when `rum:` is set.
     async fn start_rum(&mut self) -> Result<(), ServerError> {
-        let Some(settings) = self.control.snapshot().rum.clone() else { return Ok(()) };
-        let rum = Arc::new(rum::Rum::new(settings.clone()));
+        let Some(rum) = self.control.rum.get().cloned() else { return Ok(()) };
+        let settings = rum.settings.clone();
         for &addr in &settings.listen {
             let bind_err = |source| ServerError::Bind { addr, source };
             let l = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
@@ -252,8 +256,7 @@ impl Server {
             self.rum_addrs.push(actual);
             self.tasks.spawn(rum::serve(l, rum.clone(), self.cancel.clone()));
         }
-        self.tasks.spawn(rum::publish_every(rum.clone(), self.cancel.clone()));
-        let _ = self.control.rum.set(rum);
+        self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
         Ok(())
     }
 
@@ -284,15 +287,17 @@ impl Server {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let limiter = self.control.limiter.clone();
             let tap = self.control.dnstap.udp();
+            let rum = self.control.rum.get().cloned();
             let t = std::thread::Builder::new()
                 .name(format!("udp-{}-{i}", actual.port()))
-                .spawn(move || udp::serve(sock, shared, limiter, tap, cancel))
+                .spawn(move || udp::serve(sock, shared, rum, limiter, tap, cancel))
                 .map_err(|e| bind_err(addr, e))?;
             self.threads.push(t);
         }
         let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
         let log = self.control.dnstap.clone();
-        self.tasks.spawn(tcp::serve(tcp, shared, conns.clone(), listen.tcp, log, cancel));
+        let rum = self.control.rum.get().cloned();
+        self.tasks.spawn(tcp::serve(tcp, shared, rum, conns.clone(), listen.tcp, log, cancel));
         tracing::info!(%actual, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())

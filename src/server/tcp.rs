@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conns::{Admitted, Conns};
 use super::dnstap::{Exchange, QueryLog, TcpLog, Time};
+use super::rum::Rum;
 use crate::model::TcpLimits;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport, respond};
@@ -49,6 +50,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<ArcSwap<Snapshot>>,
+    rum: Option<Arc<Rum>>,
     conns: Arc<Conns>,
     limits: TcpLimits,
     log: Arc<QueryLog>,
@@ -78,12 +80,13 @@ pub async fn serve(
             }
         };
         let (shared, cancel, mut log) = (shared.clone(), cancel.clone(), log.tcp());
+        let rum = rum.clone();
         tokio::spawn(async move {
             let evicted = admitted.conn.evicted.clone();
             tokio::select! {
                 _ = cancel.cancelled() => {}
                 _ = evicted.cancelled() => tracing::debug!(%peer, "tcp connection evicted: the table is full"),
-                r = connection(stream, peer, shared, &admitted, limits, &mut log) => if let Err(e) = r {
+                r = connection(stream, peer, shared, rum, &admitted, limits, &mut log) => if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "tcp connection ended");
                 },
             }
@@ -95,6 +98,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<ArcSwap<Snapshot>>,
+    rum: Option<Arc<Rum>>,
     admitted: &Admitted,
     limits: TcpLimits,
     log: &mut TcpLog,
@@ -127,8 +131,15 @@ async fn connection(
         admitted.touch();
         let answered = {
             let snap = shared.load();
+            let measured = rum.as_ref().map(|r| r.published().load());
             let now = unix_now();
-            let packet = Packet { bytes: &query, src: peer.ip(), transport: Transport::Tcp, now };
+            let packet = Packet {
+                bytes: &query,
+                src: peer.ip(),
+                transport: Transport::Tcp,
+                now,
+                measured: measured.as_deref().map(|m| &**m),
+            };
             let logged = match log.current() {
                 Some(tap) if tap.sampled(&mut rng) => Some((tap, Time::now())),
                 _ => None,

@@ -26,6 +26,7 @@ use crate::wire::cookie::unix_now;
 
 use super::dnstap::{Exchange, Time, UdpLog, UdpTap};
 use super::rrl::{Limiter, Verdict};
+use super::rum::Rum;
 
 /// Packets taken per system call.
 const BATCH: usize = 32;
@@ -76,6 +77,7 @@ fn never_fragment(s: &Socket, addr: SocketAddr) -> io::Result<()> {
 pub fn serve(
     sock: UdpSocket,
     shared: Arc<ArcSwap<Snapshot>>,
+    rum: Option<Arc<Rum>>,
     limiter: Arc<Limiter>,
     mut log: UdpLog,
     cancel: CancellationToken,
@@ -106,6 +108,8 @@ pub fn serve(
             }
         };
         let snap = shared.load();
+        // Once per batch, like the snapshot: a lock-free load that does not allocate.
+        let measured = rum.as_ref().map(|r| r.published().load());
         let now = unix_now();
         let mut tap = log.current();
         let mut replies = 0;
@@ -120,7 +124,13 @@ pub fn serve(
             }
             let len = worker.len(i);
             let (query, out) = (&worker.rx[i][..len], &mut worker.tx[replies]);
-            let packet = Packet { bytes: query, src: src.ip(), transport: Transport::Udp, now };
+            let packet = Packet {
+                bytes: query,
+                src: src.ip(),
+                transport: Transport::Udp,
+                now,
+                measured: measured.as_deref().map(|m| &**m),
+            };
             if let Some(mut outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
                 // Only what is sent is counted: a dropped answer shows in the limiter's
                 // counts alone, a slipped one hands out no endpoint.

@@ -458,7 +458,9 @@ async fn explain_query(
         Ok(n) => n,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let mut explained = explain::explain(&snap, &*snap.health, &abs, qtype, client);
+    let measured = c.rum.get().map(|r| r.table());
+    let mut explained =
+        explain::explain(&snap, &*snap.health, &abs, qtype, client, measured.as_deref());
     if c.cluster.is_some() {
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }
