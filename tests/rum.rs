@@ -14,14 +14,12 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::Client;
 use serde_json::{Value, json};
 use steerdns::geo::rum::aggregate::bytes_per_network;
 use steerdns::geo::rum::{Aggregation, Aggregator};
@@ -541,54 +539,14 @@ async fn serve_page(rum: SocketAddr) -> (SocketAddr, tokio::task::JoinHandle<()>
 }
 
 struct Browser {
-    driver: Child,
+    _driver: ChromeDriver,
     client: Client,
 }
 
 impl Browser {
     async fn start() -> Option<Browser> {
-        let chromium = require_any(&["chromium", "chromium-browser", "google-chrome"], "chromium")?;
-        let driver = require_tool("chromedriver", "chromium-driver")?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let driver = Command::new(driver)
-            .process_group(0)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let caps = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-                ],
-            },
-            "goog:loggingPrefs": { "browser": "ALL" },
-        });
-        let mut builder =
-            ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-        builder.capabilities(caps.as_object().unwrap().clone());
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let client = loop {
-            match builder.connect(&url).await {
-                Ok(c) => break c,
-                Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(200)).await,
-                Err(e) => panic!("no WebDriver session from chromedriver at {url}: {e}"),
-            }
-        };
-        Some(Browser { driver, client })
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.driver.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
-        let _ = self.driver.wait();
+        let (driver, client) = start_chromium(&[], json!({}), Duration::from_secs(20)).await?;
+        Some(Browser { _driver: driver, client })
     }
 }
 

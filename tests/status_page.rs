@@ -16,16 +16,14 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
 use fantoccini::wd::WebDriverCompatibleCommand;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 use tokio::time::{Instant, sleep};
 
@@ -223,7 +221,7 @@ impl WebDriverCompatibleCommand for BrowserLog {
 }
 
 struct Browser {
-    driver: Child,
+    _driver: ChromeDriver,
     client: Client,
     /// Every browser log entry read so far.
     log: Vec<Value>,
@@ -234,47 +232,12 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium; `None` (and a printed reason) when
     /// either is not installed.
     async fn start() -> Option<Browser> {
-        let chromium = require_any(&["chromium", "chromium-browser", "google-chrome"], "chromium")?;
-        let driver = require_tool("chromedriver", "chromium-driver")?;
         let guard = ONE_BROWSER.lock().await;
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        // Its own process group, with the browser it starts, so that `drop` can end both.
-        let driver = Command::new(driver)
-            .process_group(0)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let caps = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--window-size=1200,800", "--no-first-run", "--no-default-browser-check",
-                    "--disable-extensions", "--lang=en-US",
-                ],
-            },
-            "goog:loggingPrefs": { "browser": "ALL" },
-            // The HTTPS test's certificate is self-signed.
-            "acceptInsecureCerts": true,
-        });
-        let caps: serde_json::Map<String, Value> = caps.as_object().unwrap().clone();
-        let url = format!("http://127.0.0.1:{port}");
-        let mut builder =
-            ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-        builder.capabilities(caps);
-        // chromedriver takes a moment to listen.
-        let deadline = Instant::now() + PATIENCE;
-        let client = loop {
-            match builder.connect(&url).await {
-                Ok(c) => break c,
-                Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(200)).await,
-                Err(e) => panic!("no WebDriver session from chromedriver at {url}: {e}"),
-            }
-        };
-        let b = Browser { driver, client, log: Vec::new(), _guard: guard };
+        let args = ["--window-size=1200,800", "--lang=en-US"];
+        // The HTTPS test's certificate is self-signed.
+        let caps = json!({ "acceptInsecureCerts": true });
+        let (driver, client) = start_chromium(&args, caps, PATIENCE).await?;
+        let b = Browser { _driver: driver, client, log: Vec::new(), _guard: guard };
         // The console checks read this log: make sure an error does reach it.
         b.js("console.error('steerdns: log check')").await;
         let log = b.client.issue_cmd(BrowserLog).await.expect("read the browser log");
@@ -399,16 +362,6 @@ impl Browser {
     /// Ends the session (the browser quits); `drop` then ends chromedriver.
     async fn close(self) {
         let _ = self.client.clone().close().await;
-    }
-}
-
-impl Drop for Browser {
-    /// Ends chromedriver's process group: chromedriver and any browser left running, also
-    /// when a test fails before `close`.
-    fn drop(&mut self) {
-        let group = format!("-{}", self.driver.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
-        let _ = self.driver.wait();
     }
 }
 

@@ -5,6 +5,7 @@
 // Each test binary uses only part of the harness.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod daemon;
 pub mod dns;
 pub mod etcd;
@@ -21,6 +22,6 @@ pub mod tools;
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
-    daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*, replicas::*,
-    reply::*, resolver::*, server::*, tools::*,
+    browser::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*,
+    replicas::*, reply::*, resolver::*, server::*, tools::*,
 };
