@@ -649,3 +649,72 @@ fn signatures_made_on_the_query_path_allocate_nothing() {
     eprintln!("first round: {warm} allocations; then {allocs} in {made} signatures made");
     assert_eq!(allocs, 0, "{allocs} allocations making {made} signatures");
 }
+
+/// `routing: asn` and a geographic profile with `AS` codes: the ASN lookup, the match and
+/// the fallback, in both families, allocate nothing either.
+#[test]
+fn asn_routing_allocates_nothing() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let csv = root.join("tests/fixtures/asn/asn.csv");
+    steerdns::geo::asn_build::build_asn(&csv, &dir.path().join("asn.mmdb")).unwrap();
+    let example = std::fs::read_to_string(root.join("steerdns.yaml")).unwrap();
+    let yaml = example
+        .replace(
+            "geo-data/sample-city.mmdb",
+            &root.join("geo-data/sample-city.mmdb").display().to_string(),
+        )
+        .replace("geo-data/latency.yaml", &root.join("geo-data/latency.yaml").display().to_string())
+        .replace(
+            "zones/tm.example.test.zone",
+            &root.join("zones/tm.example.test.zone").display().to_string(),
+        );
+    std::fs::write(dir.path().join("steerdns.yaml"), format!("{yaml}asn:\n  database: asn.mmdb\n"))
+        .unwrap();
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    let profiles = "\
+name: isp
+routing: asn
+endpoints:
+  - { name: a, target: 192.0.2.1, asns: [64496, 64501], always_serve: true }
+  - { name: b, target: 192.0.2.2, asns: [64497], enabled: false }
+  - { name: c, target: 192.0.2.3, asns: [64497] }
+  - { name: fb, target: 192.0.2.4 }
+---
+name: geo-isp
+routing: geographic
+endpoints:
+  - { name: a, target: 192.0.2.11, geo: [AS64496, AS64502] }
+  - { name: fr, target: 192.0.2.12, geo: [FR] }
+  - { name: world, target: 192.0.2.13, geo: [WORLD] }
+";
+    std::fs::write(dir.path().join("profiles/isp.yaml"), profiles).unwrap();
+    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot;
+    let clients = ["192.0.2.0/26", "192.0.2.64/26", "203.0.113.0/24", "2001:db8:1:8000::/56"];
+    let mut queries = Vec::new();
+    for name in ["isp.tm.example.test.", "geo-isp.tm.example.test."] {
+        for c in clients {
+            queries.push(query(name, RecordType::A, Some(c)));
+        }
+    }
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut out = Vec::with_capacity(1500);
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut ask = |q: &[u8]| {
+        let packet =
+            Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000, measured: None };
+        respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+    };
+    for q in &queries {
+        assert!(ask(q));
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        for q in &queries {
+            ask(q);
+        }
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
+}

@@ -180,7 +180,7 @@ fn yaml_mistakes_are_named_plainly_where_they_are() {
                  nested under a scalar value; did you mean to dedent it?",
                 "p.yaml:6:1: duplicate key `name` (first at 4:1)",
                 "p.yaml:9:10: unknown routing method \"fastest\" (priority, weighted, performance, \
-                 geographic, multivalue, subnet, groups, zone)",
+                 geographic, multivalue, subnet, groups, zone, asn)",
             ],
         ),
     ];

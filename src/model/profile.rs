@@ -31,10 +31,12 @@ pub enum Method {
     Groups,
     /// Same availability zone first (`routing: zone`).
     SameAz,
+    /// By the client's network operator (`routing: asn`).
+    Asn,
 }
 
 impl Method {
-    pub const ALL: [Method; 8] = [
+    pub const ALL: [Method; 9] = [
         Method::Priority,
         Method::Weighted,
         Method::Performance,
@@ -43,6 +45,7 @@ impl Method {
         Method::Subnet,
         Method::Groups,
         Method::SameAz,
+        Method::Asn,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Method {
             Method::Subnet => "subnet",
             Method::Groups => "groups",
             Method::SameAz => "zone",
+            Method::Asn => "asn",
         }
     }
 
@@ -98,6 +102,9 @@ pub enum Rules {
         /// `by_region` compiled against the geo database, when the answer depends on the
         /// place alone (not with `fallback`); set for every load.
         compiled: Compiled,
+        /// `AS64496` codes: client ASN → endpoint index, enabled endpoints only; a match
+        /// here beats every region code.
+        by_asn: crate::geo::ByAsn,
     },
     Subnet {
         /// Ranges of enabled endpoints → endpoint index.
@@ -119,6 +126,10 @@ pub enum Rules {
         /// Percent of serving endpoints the client's availability zone must hold to be
         /// preferred.
         safety_threshold: u8,
+    },
+    Asn {
+        /// Each endpoint's `asns`, sorted; empty for a fallback endpoint.
+        asns: Vec<Vec<u32>>,
     },
 }
 
