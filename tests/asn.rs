@@ -109,6 +109,24 @@ fn lookups_give_the_asn_and_the_networks_prefix() {
 }
 
 #[test]
+fn an_unchanged_file_shares_its_records_and_a_replaced_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build_fixture(dir.path());
+    let a = AsnDb::open_limited(&path, AsnDb::DEFAULT_LIMIT).unwrap();
+    let b = AsnDb::open_limited(&path, AsnDb::DEFAULT_LIMIT).unwrap();
+    assert!(a.shares_records_with(&b), "a reload of an unchanged file must not decode it again");
+    let (bytes, _) =
+        build_asn_bytes("192.0.2.0/24,64511,Other\n", Path::new("x.csv"), UNIX_EPOCH).unwrap();
+    std::fs::write(dir.path().join("new.mmdb"), bytes).unwrap();
+    std::fs::rename(dir.path().join("new.mmdb"), &path).unwrap();
+    let c = AsnDb::open_limited(&path, AsnDb::DEFAULT_LIMIT).unwrap();
+    assert!(!c.shares_records_with(&a));
+    assert_eq!(c.lookup(ip("192.0.2.10")), AsnHit { asn: Some(64511), prefix: 24 });
+    // The configuration still holding the old file keeps answering from it.
+    assert_eq!(a.lookup(ip("192.0.2.10")), AsnHit { asn: Some(64496), prefix: 26 });
+}
+
+#[test]
 fn a_location_database_or_an_oversized_file_is_not_opened() {
     let dir = tempfile::tempdir().unwrap();
     let city = dir.path().join("city.mmdb");
@@ -274,6 +292,30 @@ fn a_missing_or_wrong_asn_database_fails_the_load_at_its_key() {
         assert!(errors[0].starts_with(&format!("steerdns.yaml:{line}:13: ")), "{errors:#?}");
         assert!(errors[0].contains(message), "{errors:#?}");
     }
+}
+
+#[test]
+fn a_reload_without_the_asn_database_checks_unchanged_asn_profiles_again() {
+    // The profile file is unchanged, so without this check the reload would take the
+    // profile over from the running configuration, unchecked.
+    let dir = tempfile::tempdir().unwrap();
+    let profile =
+        "name: p\nrouting: asn\nendpoints:\n  - { name: x, target: 192.0.2.1, asns: [64496] }\n";
+    write_asn_config(dir.path(), profile, true);
+    let path = dir.path().join("steerdns.yaml");
+    let first = steerdns::config::load(&path, None).unwrap();
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, yaml.replace("asn:\n  database: data/asn.mmdb\n", "")).unwrap();
+    let Err(errors) = steerdns::config::load(&path, Some(first.previous())) else {
+        panic!("the reload without asn.database was accepted");
+    };
+    let errors = located(&errors);
+    assert_eq!(
+        errors,
+        [
+            "asn.yaml:2:10: routing: asn needs an ASN database: asn: { database: ... } in steerdns.yaml"
+        ]
+    );
 }
 
 // ---------------------------------------------------------------- on the wire
@@ -491,4 +533,51 @@ fn explain_names_the_clients_asn_operator_network_and_match() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------- speed (by hand)
+
+/// Figures for a GeoLite2-ASN-sized database (about 500,000 networks): building it,
+/// opening it (read, walk, decode) and looking addresses up. Run with
+/// `cargo test --test asn -- --ignored --nocapture asn_speed`.
+#[test]
+#[ignore]
+fn asn_speed() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut nets = std::collections::BTreeSet::new();
+    while nets.len() < 400_000 {
+        let a = (next() as u32) & 0xffff_ff00;
+        nets.insert(format!("{}/24", std::net::Ipv4Addr::from(a)));
+    }
+    while nets.len() < 500_000 {
+        let a = (next() as u128) << 80 | 0x2400 << 112;
+        nets.insert(format!("{}/48", std::net::Ipv6Addr::from(a)));
+    }
+    let mut csv = String::from("network,asn,organization\n");
+    for n in &nets {
+        let asn = 1 + next() % 70_000;
+        csv.push_str(&format!("{n},{asn},Operator {asn}\n"));
+    }
+    let started = Instant::now();
+    let (bytes, summary) = build_asn_bytes(&csv, Path::new("big.csv"), UNIX_EPOCH).unwrap();
+    println!("build: {summary} in {:?}", started.elapsed());
+    let started = Instant::now();
+    let db = AsnDb::from_bytes(Path::new("big.mmdb"), bytes).unwrap();
+    println!("open (parse, walk, decode {} records): {:?}", db.record_count(), started.elapsed());
+    let addrs: Vec<std::net::IpAddr> = (0..1_000_000)
+        .map(|_| std::net::IpAddr::from(std::net::Ipv4Addr::from(next() as u32)))
+        .collect();
+    let started = Instant::now();
+    let mut found = 0usize;
+    for a in &addrs {
+        found += usize::from(std::hint::black_box(db.lookup(*a)).asn.is_some());
+    }
+    let ns = started.elapsed().as_nanos() as f64 / addrs.len() as f64;
+    println!("lookup: {ns:.0} ns ({found} of {} found)", addrs.len());
 }

@@ -6,17 +6,18 @@
 //! replaced while it is served cannot fault the process, and one caught halfway through
 //! being written fails the load instead of replacing the one in use. Every record is
 //! decoded at open, so a corrupt file fails at load and a query only walks the tree and
-//! reads a table.
+//! reads a table; a reload that finds the file unchanged shares those records.
 
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use maxminddb::{MaxMindDbError, Reader, WithinOptions};
 use serde::Deserialize;
 
 use super::GeoError;
-use super::db::{family_prefix, read_database};
+use super::db::{FileKey, family_prefix, file_key, read_database};
 use crate::diag::{FileError, Limit};
 
 /// Why an ASN database could not be opened.
@@ -76,8 +77,12 @@ struct RawRecord<'a> {
 /// An open ASN database, held in memory. `Send + Sync`; cheap to clone.
 #[derive(Clone)]
 pub struct AsnDb {
-    inner: std::sync::Arc<Opened>,
+    inner: Arc<Opened>,
 }
+
+/// Files open in some live configuration, so that a reload with the file unchanged shares
+/// its decoded records instead of decoding them again. Only loading takes this lock.
+static OPEN: Mutex<Vec<(FileKey, Weak<Opened>)>> = Mutex::new(Vec::new());
 
 struct Opened {
     reader: Reader<Vec<u8>>,
@@ -99,14 +104,28 @@ impl AsnDb {
     /// The default of `limits.asn_database`: GeoLite2-ASN is about 10 MB.
     pub const DEFAULT_LIMIT: Limit = Limit { bytes: 128 << 20, set_by: "limits.asn_database" };
 
-    /// Reads the database at `path` (at most `limit` bytes) and decodes its records.
+    /// Reads the database at `path` (at most `limit` bytes) and decodes its records, or
+    /// shares the copy a live configuration already read when the file has not changed.
     pub fn open_limited(path: &Path, limit: Limit) -> Result<AsnDb, AsnError> {
         let bytes = read_database(path, limit).map_err(|e| match e {
             GeoError::File { path, source } => AsnError::File { path, source },
             GeoError::Changed { path } => AsnError::Changed { path },
             GeoError::Open { path, source } => AsnError::Open { path, source },
         })?;
-        AsnDb::from_bytes(path, bytes)
+        let key = file_key(path, &bytes);
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(inner) = open.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            return Ok(AsnDb { inner });
+        }
+        let db = AsnDb::from_bytes(path, bytes)?;
+        open.push((key, Arc::downgrade(&db.inner)));
+        Ok(db)
+    }
+
+    /// Whether both were opened from the same unchanged file (and share its records).
+    pub fn shares_records_with(&self, other: &AsnDb) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The database held in `bytes`; `path` names it in errors and logs.
@@ -117,7 +136,7 @@ impl AsnDb {
             let database_type = inner.reader.metadata().database_type.clone();
             return Err(AsnError::NoAsn { path: path.to_path_buf(), database_type });
         }
-        Ok(AsnDb { inner: std::sync::Arc::new(inner) })
+        Ok(AsnDb { inner: Arc::new(inner) })
     }
 
     pub fn path(&self) -> &Path {

@@ -127,7 +127,7 @@ struct Opened {
 /// What identifies an unchanged file: its path and content. By content, since a file
 /// rewritten in place within one tick of the file system clock keeps its mtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct FileKey {
+pub(super) struct FileKey {
     path: PathBuf,
     len: usize,
     hash: u64,
@@ -357,7 +357,7 @@ fn read_unchanged(
 
 /// The key of the file read from `path` as `bytes` (a fast hash: hashing is a small part
 /// of reading and decoding a database).
-fn file_key(path: &Path, bytes: &[u8]) -> FileKey {
+pub(super) fn file_key(path: &Path, bytes: &[u8]) -> FileKey {
     use std::hash::BuildHasher;
     let hash = foldhash::quality::FixedState::with_seed(0).hash_one(bytes);
     FileKey { path: path.to_path_buf(), len: bytes.len(), hash }

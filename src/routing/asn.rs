@@ -181,11 +181,19 @@ mod tests {
             assert_eq!(route_at("203.0.113.5", "DE", 24), (s("world"), 24), "no ASN");
             w.health.set(1, Status::Degraded);
             let degraded = route_at("192.0.2.1", "FR", 24);
+            w.health.set(1, Status::Online);
             if fallback {
                 assert_eq!(degraded, (s("fr"), 26), "degraded_match: fallback goes on to FR");
             } else {
                 assert_eq!(degraded, (s("t"), 26), "degraded_match: serve keeps the ASN match");
             }
+            // Drained: its ASNs count as unmapped, and the place decides.
+            let mut w = w;
+            let t = &mut w.profiles[p].endpoints[1];
+            (t.enabled, t.drained) = (false, true);
+            let client = client_in("192.0.2.1", "FR", "", None, 24);
+            let d = route(w.ctx(), p, Query { want: Want::A, client: &client }, &mut rng(1));
+            assert_eq!(names(&d), (vec!["fr".to_string()], 26), "drained ASN match");
         }
     }
 }
