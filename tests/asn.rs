@@ -282,9 +282,11 @@ fn a_missing_or_wrong_asn_database_fails_the_load_at_its_key() {
     let path = dir.path().join("steerdns.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
     let line = yaml.lines().position(|l| l == "  database: data/asn.mmdb").unwrap() + 1;
-    for (db, message) in
-        [("data/none.mmdb", "cannot open ASN database"), ("data/city.mmdb", "not an ASN database")]
-    {
+    for (db, message) in [
+        ("data/none.mmdb", "cannot open ASN database"),
+        ("data/city.mmdb", "not an ASN database"),
+        ("data", "not a regular file (a directory)"),
+    ] {
         std::fs::write(&path, yaml.replace("database: data/asn.mmdb", &format!("database: {db}")))
             .unwrap();
         let errors = located(&steerdns::config::load(&path, None).unwrap_err());
