@@ -458,6 +458,12 @@ async fn a_changed_asn_database_moves_the_answer_and_a_bad_one_is_rejected() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(ask(&h, "by-asn", "198.51.100.5", 32).await, ("A 192.0.2.21".into(), 25));
+    let last = h.server().control().last_reload.get();
+    assert_eq!(last.trigger, "file change", "{last:?}");
+    assert_eq!(last.errors.len(), 1, "{last:?}");
+    let at = format!("{}:", h.dir.path().join("steerdns.yaml").display());
+    assert!(last.errors[0].starts_with(&at), "located at asn.database: {last:?}");
+    assert!(last.errors[0].contains("asn.mmdb: cannot open ASN database"), "{last:?}");
     h.stop().await;
 }
 

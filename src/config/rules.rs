@@ -98,7 +98,7 @@ impl Builder<'_, '_> {
                             continue;
                         }
                     };
-                    if self.world.asn.is_none() {
+                    if !self.world.asn_configured {
                         self.sink.on(
                             code,
                             format!("AS{asn} needs an ASN database: asn: {{ database: ... }} in steerdns.yaml"),
@@ -143,7 +143,7 @@ impl Builder<'_, '_> {
 
     /// `routing: asn`: each endpoint's `asns` (none: a fallback endpoint).
     fn asn(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
-        if self.world.asn.is_none() {
+        if !self.world.asn_configured {
             self.sink.on(
                 &raw.routing,
                 "routing: asn needs an ASN database: asn: { database: ... } in steerdns.yaml",

@@ -41,7 +41,9 @@ pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path, limits: &Limits)
             }
         }
     });
-    World::new(db, regions, latency, az_networks, az_names).with_asn(asn)
+    let mut world = World::new(db, regions, latency, az_networks, az_names).with_asn(asn);
+    world.asn_configured = raw.asn.is_some();
+    world
 }
 
 /// `topology.zones`: each availability zone's networks; networks may not overlap across

@@ -18,6 +18,9 @@ pub struct World {
     pub db: Option<GeoDb>,
     /// `asn.database`: which network operator a client address belongs to.
     pub asn: Option<AsnDb>,
+    /// `asn.database` is set, even if it could not be opened: profiles that need it are
+    /// not also told that it is missing.
+    pub asn_configured: bool,
     pub regions: Arc<Regions>,
     pub latency: Option<LatencyTable>,
     /// `topology.zones`: client networks → availability-zone index.
@@ -40,12 +43,21 @@ impl World {
         let chains = db.as_ref().map_or_else(Vec::new, |db| {
             db.places().all().map(|place| regions.place_chain(place)).collect()
         });
-        World { db, asn: None, regions, latency, az_networks, az_names, chains }
+        World {
+            db,
+            asn: None,
+            asn_configured: false,
+            regions,
+            latency,
+            az_networks,
+            az_names,
+            chains,
+        }
     }
 
     /// The same world with `asn` as its ASN database.
     pub fn with_asn(self, asn: Option<AsnDb>) -> World {
-        World { asn, ..self }
+        World { asn_configured: asn.is_some(), asn, ..self }
     }
 
     /// Looks `addr` up in the ASN database: its ASN, if any, and the prefix length of the
