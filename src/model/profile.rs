@@ -31,10 +31,12 @@ pub enum Method {
     Groups,
     /// Same availability zone first (`routing: zone`).
     SameAz,
+    /// The nearest endpoint by biased great-circle distance.
+    Geoproximity,
 }
 
 impl Method {
-    pub const ALL: [Method; 8] = [
+    pub const ALL: [Method; 9] = [
         Method::Priority,
         Method::Weighted,
         Method::Performance,
@@ -43,6 +45,7 @@ impl Method {
         Method::Subnet,
         Method::Groups,
         Method::SameAz,
+        Method::Geoproximity,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Method {
             Method::Subnet => "subnet",
             Method::Groups => "groups",
             Method::SameAz => "zone",
+            Method::Geoproximity => "geoproximity",
         }
     }
 
@@ -120,6 +124,25 @@ pub enum Rules {
         /// preferred.
         safety_threshold: u8,
     },
+    Geoproximity {
+        /// Coordinates of each endpoint.
+        sites: Vec<Coordinates>,
+    },
+}
+
+/// A point on the Earth in degrees, as an endpoint's `coordinates` (or its latency-table
+/// region's) give it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coordinates {
+    pub latitude: f64,
+    pub longitude: f64,
+}
+
+// By bits: a moved endpoint changes the zone fingerprint like a changed address does.
+impl Hash for Coordinates {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        (self.latitude.to_bits(), self.longitude.to_bits()).hash(h);
+    }
 }
 
 /// A Global Accelerator style endpoint group: a slice of the profile's endpoints.
@@ -262,6 +285,13 @@ pub struct Endpoint {
     pub drained: bool,
     /// The weight set at run time, if any.
     pub weight_override: Option<u32>,
+    /// `routing: geoproximity`: grows (+) or shrinks (−) the area the endpoint serves,
+    /// -99..=99; the run-time override when there is one.
+    pub bias: i8,
+    /// `bias` as the configuration says.
+    pub configured_bias: i8,
+    /// The bias set at run time, if any.
+    pub bias_override: Option<i8>,
     /// Slot in the health table; `None` for nested endpoints, whose status comes from their
     /// child profile.
     pub health_slot: Option<usize>,
@@ -322,6 +352,7 @@ impl Profile {
         for e in &p.endpoints {
             (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
                 .hash(&mut h);
+            e.bias.hash(&mut h);
         }
         h.finish()
     }

@@ -7,6 +7,7 @@
 
 pub mod dial;
 mod geographic;
+mod geoproximity;
 mod groups;
 mod multivalue;
 mod name;
@@ -169,6 +170,7 @@ where
         Rules::SameAz { az, safety_threshold } => {
             same_az::pick(ctx, profile, az, *safety_threshold, q, rng)
         }
+        Rules::Geoproximity { sites } => geoproximity::pick(ctx, profile, sites, q),
     };
     match pick {
         Pick::One { index, scope } => resolve(ctx, &profile.endpoints[index], q, scope, rng),
@@ -191,6 +193,12 @@ fn note_overrides<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, profile: &Profile) {
             let was = ep.configured_weight;
             ctx.note(|| {
                 format!("endpoint {} has weight {w} set at run time (configured {was})", ep.name)
+            });
+        }
+        if let Some(b) = ep.bias_override {
+            let was = ep.configured_bias;
+            ctx.note(|| {
+                format!("endpoint {} has bias {b} set at run time (configured {was})", ep.name)
             });
         }
     }
