@@ -157,6 +157,8 @@ fn queries() -> Vec<Vec<u8>> {
         query("fast.tm.example.test.", RecordType::A, Some("192.0.2.0/24")),
         query("accel.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
         query("svc.tm.example.test.", RecordType::A, Some("10.1.0.0/16")),
+        query("near.tm.example.test.", RecordType::A, Some("192.0.2.0/25")),
+        query("near.tm.example.test.", RecordType::A, Some("100.100.0.0/16")),
         query("docs.tm.example.test.", RecordType::A, None),
         with_cookie("www.tm.example.test.", "198.51.100.0/24"),
     ]
