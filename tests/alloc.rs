@@ -169,14 +169,16 @@ fn responder_allocates_nothing_per_query() {
     let _turn = turn();
     let loaded = example();
     // The same configuration with run-time overrides: drained endpoints met by the
-    // priority, geographic (compiled) and subnet lookups, and a run-time weight.
+    // priority, geographic (compiled) and subnet lookups, a run-time weight and bias.
     let mut overrides = steerdns::config::Overrides::default();
-    let drained = steerdns::config::Override { drained: true, weight: None };
+    let drained = steerdns::config::Override { drained: true, ..Default::default() };
     for (profile, endpoint) in [("www", "primary"), ("geo", "us-west"), ("office", "vpn")] {
         overrides.set(&format!("{profile}.tm.example.test."), endpoint, drained);
     }
-    let weighed = steerdns::config::Override { drained: false, weight: Some(7) };
+    let weighed = steerdns::config::Override { weight: Some(7), ..Default::default() };
     overrides.set("api.tm.example.test.", "site-b", weighed);
+    let biased = steerdns::config::Override { bias: Some(-40), ..Default::default() };
+    overrides.set("near.tm.example.test.", "frankfurt", biased);
     let overridden = steerdns::config::rebuild(loaded.previous(), &overrides);
     assert!(overridden.dropped.is_empty(), "{:?}", overridden.dropped);
     for snap in [&loaded.snapshot, &overridden.snapshot] {

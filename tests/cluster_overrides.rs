@@ -112,8 +112,10 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
     // Drained through replica 0: it answers without a once the call returns, the others
     // follow, and etcd holds who did it.
     let v = drain(replicas[0].admin, "prio", "a").await;
-    let want =
-        json!({"profile": fq("prio"), "endpoint": "a", "drained": true, "weight_override": null});
+    let want = json!({
+        "profile": fq("prio"), "endpoint": "a", "drained": true,
+        "weight_override": null, "bias_override": null
+    });
     assert_eq!(v, want);
     assert_eq!(answer(replicas[0].addr, "prio").await, "192.0.2.2");
     for r in &replicas {
