@@ -792,6 +792,11 @@ async fn a_run_time_bias_moves_a_geoproximity_answer_without_a_reload() {
         assert!(trace.contains(&line), "{line:?} not in {trace:#?}");
     }
 
+    let m = common::prometheus::scrape(h.admin(), Some(ADMIN)).await;
+    let labels = [("profile", fq("near")), ("endpoint", "dublin".to_string())];
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(m.sum("steerdns_endpoint_bias_override", &labels), 40.0);
+
     // +30 is not enough (547 km); out of range and other methods are refused.
     let r = api(&h, "PUT", path, Some(ALICE), r#"{"bias": 30}"#).await;
     assert_eq!(r.status, 200, "{}", r.text());
