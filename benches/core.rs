@@ -47,6 +47,7 @@ fn example(c: &mut Criterion) {
             ("performance-ecs", "fast.tm.example.test.", Some("198.51.100.130/32")),
             ("groups-ecs", "accel.tm.example.test.", Some("198.51.100.0/24")),
             ("zone-ecs", "svc.tm.example.test.", Some("10.1.0.0/16")),
+            ("geoproximity-ecs", "near.tm.example.test.", Some("192.0.2.0/25")),
         ],
     );
 }

@@ -157,6 +157,8 @@ fn queries() -> Vec<Vec<u8>> {
         query("fast.tm.example.test.", RecordType::A, Some("192.0.2.0/24")),
         query("accel.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
         query("svc.tm.example.test.", RecordType::A, Some("10.1.0.0/16")),
+        query("near.tm.example.test.", RecordType::A, Some("192.0.2.0/25")),
+        query("near.tm.example.test.", RecordType::A, Some("100.100.0.0/16")),
         query("docs.tm.example.test.", RecordType::A, None),
         with_cookie("www.tm.example.test.", "198.51.100.0/24"),
     ]
@@ -167,14 +169,16 @@ fn responder_allocates_nothing_per_query() {
     let _turn = turn();
     let loaded = example();
     // The same configuration with run-time overrides: drained endpoints met by the
-    // priority, geographic (compiled) and subnet lookups, and a run-time weight.
+    // priority, geographic (compiled) and subnet lookups, a run-time weight and bias.
     let mut overrides = steerdns::config::Overrides::default();
-    let drained = steerdns::config::Override { drained: true, weight: None };
+    let drained = steerdns::config::Override { drained: true, ..Default::default() };
     for (profile, endpoint) in [("www", "primary"), ("geo", "us-west"), ("office", "vpn")] {
         overrides.set(&format!("{profile}.tm.example.test."), endpoint, drained);
     }
-    let weighed = steerdns::config::Override { drained: false, weight: Some(7) };
+    let weighed = steerdns::config::Override { weight: Some(7), ..Default::default() };
     overrides.set("api.tm.example.test.", "site-b", weighed);
+    let biased = steerdns::config::Override { bias: Some(-40), ..Default::default() };
+    overrides.set("near.tm.example.test.", "frankfurt", biased);
     let overridden = steerdns::config::rebuild(loaded.previous(), &overrides);
     assert!(overridden.dropped.is_empty(), "{:?}", overridden.dropped);
     for snap in [&loaded.snapshot, &overridden.snapshot] {

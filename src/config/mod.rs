@@ -17,6 +17,7 @@ pub mod dnssec;
 mod dnstap;
 mod files;
 mod geographic;
+mod geoproximity;
 mod host;
 pub mod keyfile;
 mod monitor;

@@ -610,8 +610,13 @@ pub struct RawEndpoint {
     pub priority: Option<Box<Loc<Int>>>,
     /// weighted: 0..1000 (default 1); in groups 0..255 (default 128).
     pub weight: Option<Box<Loc<Int>>>,
-    /// performance: a region of the latency table.
+    /// performance, geoproximity: a region of the latency table.
     pub location: Option<Box<Loc<String>>>,
+    /// geoproximity: where the endpoint is (instead of `location`).
+    pub coordinates: Option<Box<Loc<RawCoordinates>>>,
+    /// geoproximity: grows (1..99) or shrinks (-1..-99) the area the endpoint serves: its
+    /// distance to a client counts as distance × (1 − bias/100) (default 0).
+    pub bias: Option<Box<Loc<Int>>>,
     /// geographic: region codes (`WORLD`, `GEO-EU`, `FR`, `US-CA`, ...) and ASNs
     /// (`AS64496`), which beat every region code.
     pub geo: Option<Box<Loc<Vec<Loc<String>>>>>,
@@ -634,6 +639,17 @@ pub struct RawEndpoint {
     pub min_child_endpoints_ipv4: Option<Box<Loc<Int>>>,
     /// Nested: and at least this many serving IPv6 endpoints, 0..1000 (default 0).
     pub min_child_endpoints_ipv6: Option<Box<Loc<Int>>>,
+}
+
+/// geoproximity: a point in degrees.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Coordinates")]
+pub struct RawCoordinates {
+    /// -90..90 (north positive).
+    pub latitude: Loc<f64>,
+    /// -180..180 (east positive).
+    pub longitude: Loc<f64>,
 }
 
 /// groups: an endpoint group with a traffic dial.

@@ -24,6 +24,8 @@ impl Builder<'_, '_> {
             (e.subnets.as_deref().map(Pos::of), "subnets", Method::Subnet),
             (e.zone.as_deref().map(Pos::of), "zone", Method::SameAz),
             (e.asns.as_deref().map(Pos::of), "asns", Method::Asn),
+            (e.coordinates.as_deref().map(Pos::of), "coordinates", Method::Geoproximity),
+            (e.bias.as_deref().map(Pos::of), "bias", Method::Geoproximity),
         ];
         for (at, key, wanted) in keys {
             if let Some(at) = at
@@ -33,10 +35,12 @@ impl Builder<'_, '_> {
             }
         }
         if let Some(l) = &e.location
-            && method != Method::Performance
+            && !matches!(method, Method::Performance | Method::Geoproximity)
         {
-            self.sink
-                .on(l, "location applies to routing: performance only (groups set it per group)");
+            self.sink.on(
+                l,
+                "location applies to routing: performance and geoproximity only (groups set it per group)",
+            );
         }
     }
 
@@ -59,6 +63,7 @@ impl Builder<'_, '_> {
             Method::Performance => self.performance(raw, eps),
             Method::SameAz => self.same_az(raw, eps),
             Method::Asn => self.asn(raw, eps),
+            Method::Geoproximity => self.geoproximity(raw, eps),
             _ => Rules::Plain,
         }
     }
@@ -224,7 +229,7 @@ impl Builder<'_, '_> {
     }
 
     /// A latency-table region by name; errors name what is missing.
-    fn region(&mut self, raw: &RawProfile, loc: Option<&Loc<String>>, at: Pos) -> usize {
+    pub(super) fn region(&mut self, raw: &RawProfile, loc: Option<&Loc<String>>, at: Pos) -> usize {
         let Some(table) = &self.world.latency else {
             self.sink.on(
                 &raw.routing,

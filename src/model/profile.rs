@@ -33,10 +33,12 @@ pub enum Method {
     SameAz,
     /// By the client's network operator (`routing: asn`).
     Asn,
+    /// The nearest endpoint by biased great-circle distance.
+    Geoproximity,
 }
 
 impl Method {
-    pub const ALL: [Method; 9] = [
+    pub const ALL: [Method; 10] = [
         Method::Priority,
         Method::Weighted,
         Method::Performance,
@@ -46,6 +48,7 @@ impl Method {
         Method::Groups,
         Method::SameAz,
         Method::Asn,
+        Method::Geoproximity,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +62,7 @@ impl Method {
             Method::Groups => "groups",
             Method::SameAz => "zone",
             Method::Asn => "asn",
+            Method::Geoproximity => "geoproximity",
         }
     }
 
@@ -131,6 +135,25 @@ pub enum Rules {
         /// Each endpoint's `asns`, sorted; empty for a fallback endpoint.
         asns: Vec<Vec<u32>>,
     },
+    Geoproximity {
+        /// Coordinates of each endpoint.
+        sites: Vec<Coordinates>,
+    },
+}
+
+/// A point on the Earth in degrees, as an endpoint's `coordinates` (or its latency-table
+/// region's) give it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coordinates {
+    pub latitude: f64,
+    pub longitude: f64,
+}
+
+// By bits: a moved endpoint changes the zone fingerprint like a changed address does.
+impl Hash for Coordinates {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        (self.latitude.to_bits(), self.longitude.to_bits()).hash(h);
+    }
 }
 
 /// A Global Accelerator style endpoint group: a slice of the profile's endpoints.
@@ -273,6 +296,13 @@ pub struct Endpoint {
     pub drained: bool,
     /// The weight set at run time, if any.
     pub weight_override: Option<u32>,
+    /// `routing: geoproximity`: grows (+) or shrinks (−) the area the endpoint serves,
+    /// -99..=99; the run-time override when there is one.
+    pub bias: i8,
+    /// `bias` as the configuration says.
+    pub configured_bias: i8,
+    /// The bias set at run time, if any.
+    pub bias_override: Option<i8>,
     /// Slot in the health table; `None` for nested endpoints, whose status comes from their
     /// child profile.
     pub health_slot: Option<usize>,
@@ -333,6 +363,7 @@ impl Profile {
         for e in &p.endpoints {
             (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
                 .hash(&mut h);
+            e.bias.hash(&mut h);
         }
         h.finish()
     }

@@ -8,6 +8,7 @@
 mod asn;
 pub mod dial;
 mod geographic;
+mod geoproximity;
 mod groups;
 mod multivalue;
 mod name;
@@ -172,6 +173,7 @@ where
             same_az::pick(ctx, profile, az, *safety_threshold, q, rng)
         }
         Rules::Asn { asns } => asn::pick(ctx, profile, asns, q),
+        Rules::Geoproximity { sites } => geoproximity::pick(ctx, profile, sites, q),
     };
     match pick {
         Pick::One { index, scope } => resolve(ctx, &profile.endpoints[index], q, scope, rng),
@@ -194,6 +196,12 @@ fn note_overrides<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, profile: &Profile) {
             let was = ep.configured_weight;
             ctx.note(|| {
                 format!("endpoint {} has weight {w} set at run time (configured {was})", ep.name)
+            });
+        }
+        if let Some(b) = ep.bias_override {
+            let was = ep.configured_bias;
+            ctx.note(|| {
+                format!("endpoint {} has bias {b} set at run time (configured {was})", ep.name)
             });
         }
     }

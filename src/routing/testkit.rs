@@ -83,6 +83,9 @@ impl Lab {
             configured_weight: 1,
             drained: false,
             weight_override: None,
+            bias: 0,
+            configured_bias: 0,
+            bias_override: None,
             health_slot: (!nested).then_some(self.slots),
             monitor: None,
         });
