@@ -632,6 +632,30 @@ mod tests {
         assert!(settled[1] < 0.9 && settled[2] < settled[1], "the demands load a: {settled:?}");
     }
 
+    /// The worked example of docs/load.md: capacity 1000, demand 1500 at full share.
+    #[test]
+    fn the_documented_example_holds() {
+        let rules = LoadRules::default();
+        let f = feed(1000.0);
+        let mut state = EndpointLoad::FULL;
+        let mut rows = Vec::new();
+        for _ in 0..6 {
+            let load = 1500.0 * state.share;
+            state = step(&rules, &f, &state, Reading::Fresh { load });
+            let r = |x: f64| (x * 100.0).round() / 100.0;
+            rows.push((r(load / 1000.0), state.above_high, r(state.target), r(state.share)));
+        }
+        let want = [
+            (1.5, true, 0.53, 0.9),
+            (1.35, true, 0.53, 0.8),
+            (1.2, true, 0.53, 0.7),
+            (1.05, true, 0.53, 0.6),
+            (0.9, true, 0.53, 0.53),
+            (0.79, false, 0.53, 0.53),
+        ];
+        assert_eq!(rows, want);
+    }
+
     #[test]
     fn the_table_packs_share_and_flag() {
         let t = LoadTable::new(3);
