@@ -205,7 +205,19 @@ impl Server {
     async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
         // Made before the DNS listeners, which read its published table on every query.
         if let Some(settings) = self.control.snapshot().rum.clone() {
-            let _ = self.control.rum.set(Arc::new(rum::Rum::new(settings)));
+            let rum = Arc::new(rum::Rum::new(settings));
+            let (r, local) = (rum.clone(), self.control.cluster.is_none());
+            blocking(move || {
+                if let Some(path) = &r.settings.state_file {
+                    rum::persist::load_logged(&r, path);
+                }
+                // In a cluster the table published is the shared one, followed in etcd.
+                if local {
+                    r.publish();
+                }
+            })
+            .await;
+            let _ = self.control.rum.set(rum);
         }
         let conns = Arc::new(tcp_table(listen.tcp.max_connections, listen.tcp.per_source));
         let mut skipped = None;
@@ -255,6 +267,9 @@ impl Server {
             tracing::info!(%actual, "real user measurements listening");
             self.rum_addrs.push(actual);
             self.tasks.spawn(rum::serve(l, rum.clone(), self.cancel.clone()));
+        }
+        if let Some(path) = settings.state_file.clone() {
+            self.tasks.spawn(rum::persist::save_every(rum.clone(), path, self.cancel.clone()));
         }
         self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
         Ok(())
