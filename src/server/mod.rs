@@ -271,7 +271,18 @@ impl Server {
         if let Some(path) = settings.state_file.clone() {
             self.tasks.spawn(rum::persist::save_every(rum.clone(), path, self.cancel.clone()));
         }
-        self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
+        match self.control.cluster.clone() {
+            Some(session) => {
+                let cancel = self.cancel.clone();
+                let leadership =
+                    cluster::leader::Leadership::start(session.clone(), "rum", cancel.clone());
+                let leading = leadership.leading();
+                cluster::rum::spawn(&mut self.cluster_tasks, rum, session, leading, cancel);
+            }
+            None => {
+                self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
+            }
+        }
         Ok(())
     }
 
