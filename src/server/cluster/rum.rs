@@ -142,6 +142,8 @@ async fn lead(
             _ = cancel.cancelled() => return,
             r = leading.wait_for(|l| *l) => if r.is_err() { return },
         }
+        // What this term wrote last: a table that has not changed is not written again.
+        let mut written = None;
         let mut tick = tokio::time::interval(rum.settings.share_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while *leading.borrow() {
@@ -153,7 +155,7 @@ async fn lead(
                 },
                 _ = tick.tick() => {}
             }
-            match merge_once(&rum, &session, &installed).await {
+            match merge_once(&rum, &session, &installed, &mut written).await {
                 Ok(()) => failing = false,
                 Err(e) => failed("cannot publish the shared measured table", &mut failing, &e),
             }
@@ -161,11 +163,17 @@ async fn lead(
     }
 }
 
-/// Reads every replica's figures, builds the table and writes it.
+/// The rows a leader wrote last (the table's bytes as of generation 0), and the generation
+/// it wrote them as.
+type Written = Option<(Vec<Vec<u8>>, u64)>;
+
+/// Reads every replica's figures, builds the table and writes it, unless it is the one
+/// written last and every replica follows that one already (as this one does).
 async fn merge_once(
     rum: &Arc<Rum>,
     session: &Session,
     installed: &AtomicU64,
+    written: &mut Written,
 ) -> Result<(), EtcdError> {
     let prefix = nodes_prefix(session);
     let fetched = tokio::time::timeout(REQUEST_LIMIT * 6, fetch_prefix(&session.client, &prefix))
@@ -198,7 +206,12 @@ async fn merge_once(
     })
     .await
     .map_err(|_| EtcdError::Refused("the table could not be built".into()))?;
-    let generation = (now.as_millis() as u64).max(installed.load(Ordering::Relaxed) + 1);
+    let (rows, _) = shared::encode_table(&built, 0);
+    let current = installed.load(Ordering::Relaxed);
+    if written.as_ref().is_some_and(|(last, generation)| *last == rows && *generation == current) {
+        return Ok(());
+    }
+    let generation = (now.as_millis() as u64).max(current + 1);
     let (chunks, published) = shared::encode_table(&built, generation);
     if published < built.len() {
         tracing::warn!(
@@ -207,7 +220,9 @@ async fn merge_once(
             "the measured table is larger than its keys hold; rows left out"
         );
     }
-    write_chunks(session, &table_prefix(session), chunks).await
+    write_chunks(session, &table_prefix(session), chunks).await?;
+    *written = Some((rows, generation));
+    Ok(())
 }
 
 /// Follows `<prefix>rum/table/` and publishes each complete table until `cancel`.
