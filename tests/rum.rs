@@ -22,7 +22,7 @@ use common::*;
 use fantoccini::Client;
 use serde_json::{Value, json};
 use steerdns::geo::rum::aggregate::bytes_per_network;
-use steerdns::geo::rum::{Aggregation, Aggregator};
+use steerdns::geo::rum::{Aggregation, Aggregator, saved, shared};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep};
 
@@ -117,6 +117,31 @@ fn a_flood_of_networks_stays_within_the_cap_and_the_memory_bound() {
     }
     assert_eq!(ALLOCS.with(Cell::get), allocs, "lookups allocated");
     assert_eq!(found, cap, "the networks kept, each in its own row");
+
+    // What the state file and etcd take for them (docs/rum.md): each network here has one
+    // sample in each of two regions.
+    let names = ["a", "b", "c", "d"];
+    let file = saved::encode(&a, &names, Duration::from_secs(200), 0);
+    let summaries = a.summaries(Duration::from_secs(200));
+    let (node, shared_networks) = shared::encode_node(0, &names, &summaries);
+    let (rows, published) = shared::encode_table(&table, 1);
+    assert_eq!((shared_networks, published), (cap, table.len()));
+    let total = |chunks: &[Vec<u8>]| chunks.iter().map(Vec::len).sum::<usize>();
+    assert!(file.len() <= 100 + cap * (4 + 4 + 2 * 8), "{}", file.len());
+    assert!(total(&node) <= node.len() * 100 + cap * (4 + 2 * 9 + 2), "{}", total(&node));
+    assert!(total(&rows) <= rows.len() * 100 + table.len() * (5 + 8 * 4), "{}", total(&rows));
+    eprintln!(
+        "{cap} networks, 2 of 4 regions measured once: state file {} bytes ({} a network), \
+         etcd figures {} bytes in {} keys ({} a network), table {} bytes in {} keys ({} a row)",
+        file.len(),
+        file.len() / cap,
+        total(&node),
+        node.len(),
+        total(&node) / cap,
+        total(&rows),
+        rows.len(),
+        total(&rows) / table.len()
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -92,17 +92,21 @@ fn failed(what: &str, failing: &mut bool, e: &EtcdError) {
     *failing = true;
 }
 
-/// Writes this replica's figures every `rum.share_interval` until `cancel`.
+/// How long shutdown waits for the last write of this replica's figures.
+const LAST_SHARE: Duration = Duration::from_secs(1);
+
+/// Writes this replica's figures every `rum.share_interval` until `cancel`, then once more
+/// (within `LAST_SHARE`), so that the reports taken since the last write count.
 async fn share(rum: Arc<Rum>, session: Arc<Session>, cancel: CancellationToken) {
     let dir = format!("{}{}/", nodes_prefix(&session), session.settings.node);
     let mut tick = tokio::time::interval(rum.settings.share_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut failing, mut capped) = (false, false);
     loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+        let stopping = tokio::select! {
+            _ = cancel.cancelled() => true,
+            _ = tick.tick() => false,
+        };
         let r = rum.clone();
         let encoded = tokio::task::spawn_blocking(move || {
             let summaries = r.with_aggregate(|a, now| a.summaries(now));
@@ -111,7 +115,12 @@ async fn share(rum: Arc<Rum>, session: Arc<Session>, cancel: CancellationToken) 
             (chunks, shared, summaries.len())
         })
         .await;
-        let Ok((chunks, shared, held)) = encoded else { continue };
+        let Ok((chunks, shared, held)) = encoded else {
+            if stopping {
+                return;
+            }
+            continue;
+        };
         if shared < held && !capped {
             tracing::warn!(
                 shared,
@@ -120,6 +129,10 @@ async fn share(rum: Arc<Rum>, session: Arc<Session>, cancel: CancellationToken) 
             );
         }
         capped = shared < held;
+        if stopping {
+            let _ = tokio::time::timeout(LAST_SHARE, write_chunks(&session, &dir, chunks)).await;
+            return;
+        }
         match write_chunks(&session, &dir, chunks).await {
             Ok(()) => failing = false,
             Err(e) => failed("cannot share the real user measurements in etcd", &mut failing, &e),
