@@ -121,13 +121,14 @@ fn a_flood_of_networks_stays_within_the_cap_and_the_memory_bound() {
     // What the state file and etcd take for them (docs/rum.md): each network here has one
     // sample in each of two regions.
     let names = ["a", "b", "c", "d"];
-    let file = saved::encode(&a, &names, Duration::from_secs(200), 0);
+    let file = saved::encode(&a, &table, &names, Duration::from_secs(200), 0);
     let summaries = a.summaries(Duration::from_secs(200));
     let (node, shared_networks) = shared::encode_node(0, &names, &summaries);
     let (rows, published) = shared::encode_table(&table, 1);
     assert_eq!((shared_networks, published), (cap, table.len()));
     let total = |chunks: &[Vec<u8>]| chunks.iter().map(Vec::len).sum::<usize>();
-    assert!(file.len() <= 100 + cap * (4 + 4 + 2 * 8), "{}", file.len());
+    // Samples, then the table's preferences (a /24's 4 bytes or a /16's 3, and 1).
+    assert!(file.len() <= 100 + cap * (4 + 4 + 2 * 8) + table.len() * 5, "{}", file.len());
     assert!(total(&node) <= node.len() * 100 + cap * (4 + 2 * 9 + 2), "{}", total(&node));
     assert!(total(&rows) <= rows.len() * 100 + table.len() * (5 + 8 * 4), "{}", total(&rows));
     eprintln!(
@@ -771,8 +772,9 @@ async fn measurements_survive_a_restart_and_a_bad_state_file_is_ignored() {
     let state = dir.path().join("state.json.rum");
     let bytes = std::fs::read(&state).expect("the samples were saved at shutdown");
     // docs/rum.md: 50 bytes of header, 8 of checksum; per /24 its 4 bytes and a count per
-    // region; 8 bytes a sample (3 + 4 reports of 2 regions).
-    assert_eq!(bytes.len(), 50 + 8 + 2 * (4 + 2) + 14 * 8);
+    // region; 8 bytes a sample (3 + 4 reports of 2 regions); the count of preferences and
+    // each row's (two /24s and their /16): network and region.
+    assert_eq!(bytes.len(), 50 + 8 + 2 * (4 + 2) + 14 * 8 + 4 + 2 * 5 + 4);
     eprintln!("state file: {} bytes for 2 networks of 2 regions (14 samples)", bytes.len());
 
     // The restarted server answers as before, from its first table on.

@@ -208,11 +208,14 @@ impl Server {
             let rum = Arc::new(rum::Rum::new(settings));
             let (r, local) = (rum.clone(), self.control.cluster.is_none());
             blocking(move || {
-                if let Some(path) = &r.settings.state_file {
-                    rum::persist::load_logged(&r, path);
-                }
+                let saved = r.settings.state_file.as_ref();
+                let seed = saved.and_then(|p| rum::persist::load_logged(&r, p));
                 // In a cluster the table published is the shared one, followed in etcd.
                 if local {
+                    // The preferences saved are what the first table starts from.
+                    if let Some(seed) = seed {
+                        r.install(seed);
+                    }
                     r.publish();
                 }
             })

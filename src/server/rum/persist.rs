@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Rum;
 use crate::diag::{FileError, open_regular};
+use crate::geo::rum::MeasuredLatency;
 use crate::geo::rum::saved::{self, Restored};
 
 /// Why the state file was not read.
@@ -36,8 +37,10 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Reads `path` into `rum`'s aggregate. `Ok(None)` when there is no file yet.
-pub fn load(rum: &Rum, path: &Path) -> Result<Option<Restored>, LoadError> {
+/// Reads `path` into `rum`'s aggregate; returns what was restored and a table of the
+/// preferences saved with it, for the first table to start from. `Ok(None)` when there is
+/// no file yet.
+pub fn load(rum: &Rum, path: &Path) -> Result<Option<(Restored, MeasuredLatency)>, LoadError> {
     let regions = rum.regions();
     let limit = saved::max_bytes(rum.settings.aggregation.max_networks, &regions);
     let (file, meta) = match open_regular(path) {
@@ -56,32 +59,42 @@ pub fn load(rum: &Rum, path: &Path) -> Result<Option<Restored>, LoadError> {
     let saved = saved::decode(&bytes)?;
     let elapsed = unix_now().saturating_sub(saved.saved_at);
     let restored = rum.with_aggregate(|a, now| saved::restore(a, &saved, &regions, now, elapsed));
-    Ok(Some(restored))
+    let seed = saved::preferences(&saved, &rum.settings.aggregation, rum.columns());
+    Ok(Some((restored, seed)))
 }
 
-/// `load`, saying what happened in the log; never fails the start.
-pub fn load_logged(rum: &Rum, path: &Path) {
+/// `load`, saying what happened in the log; never fails the start. The preferences saved,
+/// if any.
+pub fn load_logged(rum: &Rum, path: &Path) -> Option<MeasuredLatency> {
     match load(rum, path) {
-        Ok(None) => {}
-        Ok(Some(r)) => tracing::info!(
-            state_file = %path.display(),
-            networks = r.networks,
-            samples = r.samples,
-            dropped = r.dropped,
-            "real user measurements restored"
-        ),
-        Err(e) => tracing::warn!(
-            state_file = %path.display(),
-            error = %e,
-            "real user measurements state file ignored; starting with no samples"
-        ),
+        Ok(None) => None,
+        Ok(Some((r, seed))) => {
+            tracing::info!(
+                state_file = %path.display(),
+                networks = r.networks,
+                samples = r.samples,
+                dropped = r.dropped,
+                "real user measurements restored"
+            );
+            Some(seed)
+        }
+        Err(e) => {
+            tracing::warn!(
+                state_file = %path.display(),
+                error = %e,
+                "real user measurements state file ignored; starting with no samples"
+            );
+            None
+        }
     }
 }
 
 /// Writes `rum`'s samples to `path` whole; the bytes written.
 pub fn save(rum: &Rum, path: &Path) -> std::io::Result<usize> {
     let regions = rum.regions();
-    let bytes = rum.with_aggregate(|a, now| saved::encode(a, &regions, now, unix_now()));
+    let published = rum.table();
+    let bytes =
+        rum.with_aggregate(|a, now| saved::encode(a, &published, &regions, now, unix_now()));
     let mut tmp = path.as_os_str().to_os_string();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
