@@ -1,6 +1,7 @@
 //! Benchmarks of the pure core: the whole responder from request bytes to response bytes
 //! (no sockets) for each routing method of the shipped example configuration, plus a
-//! subnet profile with 100k ranges and a 3-deep nested chain.
+//! subnet profile with 100k ranges, a 3-deep nested chain, and ASN routing against 100k
+//! networks.
 //!
 //!     cargo bench --bench core
 
@@ -46,6 +47,7 @@ fn example(c: &mut Criterion) {
             ("performance-ecs", "fast.tm.example.test.", Some("198.51.100.130/32")),
             ("groups-ecs", "accel.tm.example.test.", Some("198.51.100.0/24")),
             ("zone-ecs", "svc.tm.example.test.", Some("10.1.0.0/16")),
+            ("geoproximity-ecs", "near.tm.example.test.", Some("192.0.2.0/25")),
         ],
     );
 }
@@ -141,6 +143,48 @@ fn scale(c: &mut Criterion) {
     );
 }
 
+/// `routing: asn` and a geographic profile with `AS` codes, against an ASN database of
+/// 100k networks (random /24s, 20k operators), written to a temp dir.
+fn asn(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    let mut csv = String::from("network,asn,organization\n192.0.2.0/24,64496,Listed\n");
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+    let mut nets = std::collections::BTreeSet::new();
+    while nets.len() < 100_000 {
+        let net = rand::Rng::random::<u32>(&mut rng) & 0xffff_ff00;
+        if net >> 8 != 0xc0_00_02 && nets.insert(net) {
+            let asn = 65_536 + net % 20_000;
+            csv.push_str(&format!("{}/24,{asn},Operator {asn}\n", std::net::Ipv4Addr::from(net)));
+        }
+    }
+    let (bytes, _) = steerdns::geo::asn_build::build_asn_bytes(
+        &csv,
+        Path::new("asn.csv"),
+        std::time::UNIX_EPOCH,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("asn.mmdb"), bytes).unwrap();
+    std::fs::write(
+        dir.path().join("steerdns.yaml"),
+        "zones:\n  - origin: b.test.\n    ns: [ns1.b.test.]\n    soa: { rname: h.b.test. }\nprofiles: profiles/\nasn:\n  database: asn.mmdb\n",
+    )
+    .unwrap();
+    let profiles = "name: isp\nrouting: asn\nendpoints:\n  - { name: a, target: 192.0.2.1, asns: [65537, 64496], always_serve: true }\n  - { name: b, target: 192.0.2.2, asns: [64496], always_serve: true }\n  - { name: fb, target: 192.0.2.3, always_serve: true }\n---\nname: geo\nrouting: geographic\nendpoints:\n  - { name: a, target: 192.0.2.1, geo: [AS64496], always_serve: true }\n  - { name: w, target: 192.0.2.2, geo: [WORLD], always_serve: true }\n";
+    std::fs::write(dir.path().join("profiles/isp.yaml"), profiles).unwrap();
+    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot;
+    bench_names(
+        c,
+        &snap,
+        "asn",
+        &[
+            ("asn-match-ecs", "isp.b.test.", Some("192.0.2.0/24")),
+            ("asn-fallback-ecs", "isp.b.test.", Some("203.0.113.0/24")),
+            ("geographic-asn-ecs", "geo.b.test.", Some("192.0.2.0/24")),
+        ],
+    );
+}
+
 /// Range lookups of random client addresses in 100k ranges (subnet routing, topology):
 /// unlike one repeated query, this pays the cache misses a busy server pays.
 fn ranges(c: &mut Criterion) {
@@ -167,5 +211,5 @@ fn ranges(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, example, scale, ranges);
+criterion_group!(benches, example, scale, asn, ranges);
 criterion_main!(benches);

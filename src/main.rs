@@ -150,11 +150,15 @@ enum SchemaDocument {
 
 #[derive(Subcommand)]
 enum GeoCommand {
-    /// Compile a CSV (network,continent,country,subdivision,latitude,longitude) into an MMDB.
+    /// Compile a CSV (network,continent,country,subdivision,latitude,longitude) into an MMDB;
+    /// with --asn, a CSV (network,asn,organization) into a GeoLite2-ASN-layout MMDB.
     Build {
         input: PathBuf,
         #[arg(short, long)]
         output: PathBuf,
+        /// Build an ASN database (for asn.database) instead of a location database.
+        #[arg(long)]
+        asn: bool,
     },
 }
 
@@ -192,8 +196,13 @@ fn main() -> ExitCode {
             print!("{}", steerdns::commands::schema(document));
             ExitCode::SUCCESS
         }
-        Command::Geo { command: GeoCommand::Build { input, output } } => {
-            match steerdns::geo::build(&input, &output) {
+        Command::Geo { command: GeoCommand::Build { input, output, asn } } => {
+            let built = if asn {
+                steerdns::geo::asn_build::build_asn(&input, &output)
+            } else {
+                steerdns::geo::build(&input, &output)
+            };
+            match built {
                 Ok(summary) => {
                     println!("{}: {summary}", output.display());
                     ExitCode::SUCCESS

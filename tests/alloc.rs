@@ -157,6 +157,8 @@ fn queries() -> Vec<Vec<u8>> {
         query("fast.tm.example.test.", RecordType::A, Some("192.0.2.0/24")),
         query("accel.tm.example.test.", RecordType::A, Some("198.51.100.0/24")),
         query("svc.tm.example.test.", RecordType::A, Some("10.1.0.0/16")),
+        query("near.tm.example.test.", RecordType::A, Some("192.0.2.0/25")),
+        query("near.tm.example.test.", RecordType::A, Some("100.100.0.0/16")),
         query("docs.tm.example.test.", RecordType::A, None),
         with_cookie("www.tm.example.test.", "198.51.100.0/24"),
     ]
@@ -167,14 +169,16 @@ fn responder_allocates_nothing_per_query() {
     let _turn = turn();
     let loaded = example();
     // The same configuration with run-time overrides: drained endpoints met by the
-    // priority, geographic (compiled) and subnet lookups, and a run-time weight.
+    // priority, geographic (compiled) and subnet lookups, a run-time weight and bias.
     let mut overrides = steerdns::config::Overrides::default();
-    let drained = steerdns::config::Override { drained: true, weight: None };
+    let drained = steerdns::config::Override { drained: true, ..Default::default() };
     for (profile, endpoint) in [("www", "primary"), ("geo", "us-west"), ("office", "vpn")] {
         overrides.set(&format!("{profile}.tm.example.test."), endpoint, drained);
     }
-    let weighed = steerdns::config::Override { drained: false, weight: Some(7) };
+    let weighed = steerdns::config::Override { weight: Some(7), ..Default::default() };
     overrides.set("api.tm.example.test.", "site-b", weighed);
+    let biased = steerdns::config::Override { bias: Some(-40), ..Default::default() };
+    overrides.set("near.tm.example.test.", "frankfurt", biased);
     let overridden = steerdns::config::rebuild(loaded.previous(), &overrides);
     assert!(overridden.dropped.is_empty(), "{:?}", overridden.dropped);
     for snap in [&loaded.snapshot, &overridden.snapshot] {
@@ -648,4 +652,73 @@ fn signatures_made_on_the_query_path_allocate_nothing() {
     assert_eq!((made, end.dropped), (PER_ROUND * u64::from(rounds), 0), "{end:?}");
     eprintln!("first round: {warm} allocations; then {allocs} in {made} signatures made");
     assert_eq!(allocs, 0, "{allocs} allocations making {made} signatures");
+}
+
+/// `routing: asn` and a geographic profile with `AS` codes: the ASN lookup, the match and
+/// the fallback, in both families, allocate nothing either.
+#[test]
+fn asn_routing_allocates_nothing() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let csv = root.join("tests/fixtures/asn/asn.csv");
+    steerdns::geo::asn_build::build_asn(&csv, &dir.path().join("asn.mmdb")).unwrap();
+    let example = std::fs::read_to_string(root.join("steerdns.yaml")).unwrap();
+    let yaml = example
+        .replace(
+            "geo-data/sample-city.mmdb",
+            &root.join("geo-data/sample-city.mmdb").display().to_string(),
+        )
+        .replace("geo-data/latency.yaml", &root.join("geo-data/latency.yaml").display().to_string())
+        .replace(
+            "zones/tm.example.test.zone",
+            &root.join("zones/tm.example.test.zone").display().to_string(),
+        );
+    std::fs::write(dir.path().join("steerdns.yaml"), format!("{yaml}asn:\n  database: asn.mmdb\n"))
+        .unwrap();
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    let profiles = "\
+name: isp
+routing: asn
+endpoints:
+  - { name: a, target: 192.0.2.1, asns: [64496, 64501], always_serve: true }
+  - { name: b, target: 192.0.2.2, asns: [64497], enabled: false }
+  - { name: c, target: 192.0.2.3, asns: [64497] }
+  - { name: fb, target: 192.0.2.4 }
+---
+name: geo-isp
+routing: geographic
+endpoints:
+  - { name: a, target: 192.0.2.11, geo: [AS64496, AS64502] }
+  - { name: fr, target: 192.0.2.12, geo: [FR] }
+  - { name: world, target: 192.0.2.13, geo: [WORLD] }
+";
+    std::fs::write(dir.path().join("profiles/isp.yaml"), profiles).unwrap();
+    let snap = steerdns::config::load(&dir.path().join("steerdns.yaml"), None).unwrap().snapshot;
+    let clients = ["192.0.2.0/26", "192.0.2.64/26", "203.0.113.0/24", "2001:db8:1:8000::/56"];
+    let mut queries = Vec::new();
+    for name in ["isp.tm.example.test.", "geo-isp.tm.example.test."] {
+        for c in clients {
+            queries.push(query(name, RecordType::A, Some(c)));
+        }
+    }
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut out = Vec::with_capacity(1500);
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut ask = |q: &[u8]| {
+        let packet =
+            Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000, measured: None };
+        respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+    };
+    for q in &queries {
+        assert!(ask(q));
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        for q in &queries {
+            ask(q);
+        }
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
 }

@@ -305,7 +305,7 @@ async fn pushed_profiles_are_served_alike_and_bad_ones_are_refused() {
     let (code, out, err) = cluster.command(&["push", "--dry-run", src.to_str().unwrap()]).await;
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("+ /push/profiles/priority.yaml ("), "{out}");
-    assert!(out.contains("\n9 added, 0 changed, 0 removed, 0 unchanged\n"), "{out}");
+    assert!(out.contains("\n10 added, 0 changed, 0 removed, 0 unchanged\n"), "{out}");
     let last = out.trim_end().lines().last().unwrap_or_default();
     assert_eq!(last, "dry run: nothing written; the profiles in etcd are at revision 0");
     assert_eq!(cluster.stored().await.files().count(), 0);
@@ -319,7 +319,7 @@ async fn pushed_profiles_are_served_alike_and_bad_ones_are_refused() {
     assert_eq!(
         lines[lines.len() - 2..],
         [
-            "9 added, 0 changed, 0 removed, 0 unchanged".to_string(),
+            "10 added, 0 changed, 0 removed, 0 unchanged".to_string(),
             format!("pushed: profiles revision {first} (was 0)")
         ],
         "{out}"
@@ -328,7 +328,7 @@ async fn pushed_profiles_are_served_alike_and_bad_ones_are_refused() {
     let config = cluster.config();
     let (code, out, err) =
         run_steerdns(&["check".as_ref(), "-c".as_ref(), config.as_os_str()]).await;
-    assert_eq!((code, out.trim()), (Some(0), "ok: 38 profiles, 119 endpoints"), "{err}");
+    assert_eq!((code, out.trim()), (Some(0), "ok: 40 profiles, 127 endpoints"), "{err}");
     let mut replicas = Vec::new();
     for i in 0..3 {
         replicas.push(cluster.start(i).await);
@@ -408,7 +408,7 @@ async fn pushed_profiles_are_served_alike_and_bad_ones_are_refused() {
     let pulled = work.path().join("pulled");
     let (code, out, err) = cluster.command(&["pull", pulled.to_str().unwrap()]).await;
     assert_eq!(code, Some(0), "{out}\n{err}");
-    assert!(out.contains(&format!("pulled 9 files of profiles revision {first}")), "{out}");
+    assert!(out.contains(&format!("pulled 10 files of profiles revision {first}")), "{out}");
     assert_eq!(read_profiles(&pulled), all_profiles());
     let (code, out, _) = cluster.command(&["push", pulled.to_str().unwrap()]).await;
     assert_eq!(code, Some(0), "{out}");

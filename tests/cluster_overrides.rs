@@ -2,7 +2,8 @@
 //! undrain made through any replica's admin API applies on all of them; a replica started
 //! later applies them before it answers; with etcd down a change is refused with 503 and
 //! serving goes on; the state file is the local copy a start with etcd down applies; an
-//! override this configuration cannot apply stays in etcd and is reported once.
+//! override this configuration cannot apply stays in etcd and is reported once; a
+//! geoproximity bias is shared the same way.
 
 mod common;
 
@@ -112,8 +113,10 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
     // Drained through replica 0: it answers without a once the call returns, the others
     // follow, and etcd holds who did it.
     let v = drain(replicas[0].admin, "prio", "a").await;
-    let want =
-        json!({"profile": fq("prio"), "endpoint": "a", "drained": true, "weight_override": null});
+    let want = json!({
+        "profile": fq("prio"), "endpoint": "a", "drained": true,
+        "weight_override": null, "bias_override": null
+    });
     assert_eq!(v, want);
     assert_eq!(answer(replicas[0].addr, "prio").await, "192.0.2.2");
     for r in &replicas {
@@ -182,6 +185,66 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
     let shown = get(late.admin, "/api/v1/profiles/split").await;
     let b = shown["endpoints"].as_array().unwrap().iter().find(|e| e["name"] == "b").unwrap();
     assert_eq!((&b["weight"], &b["weight_override"]), (&json!(0), &json!(0)), "{b}");
+}
+
+/// Two endpoints for a client in Paris (192.0.2.0/25 in the shipped sample database):
+/// Frankfurt 478 km, Dublin 781 km; Dublin wins from a bias of +39 (781 × 0.61 < 478).
+const NEAR: &str = "\
+name: near
+routing: geoproximity
+endpoints:
+  - { name: dublin, target: 192.0.2.31, coordinates: { latitude: 53.35, longitude: -6.26 }, always_serve: true }
+  - { name: frankfurt, target: 192.0.2.32, coordinates: { latitude: 50.11, longitude: 8.68 }, always_serve: true }
+";
+
+/// The A answer of `near` at `addr` for a client in Paris (ECS).
+async fn near_from_paris(addr: SocketAddr) -> String {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(addr).await.unwrap();
+    let q = Q::new(&fq("near"), T_A).edns().ecs(ip("192.0.2.7"), 32);
+    let raw = udp_exchange(&sock, &q.bytes()).await.unwrap();
+    Reply::new(raw).addrs().iter().map(ToString::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bias_set_on_one_replica_moves_answers_on_every_replica() {
+    let Some(etcd) = Etcd::start() else { return };
+    let db = Path::new(env!("CARGO_MANIFEST_DIR")).join("geo-data/sample-city.mmdb");
+    let geo = format!("geo:\n  database: {}\n", db.display());
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut replicas = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+        std::fs::write(dir.path().join("profiles/near.yaml"), NEAR).unwrap();
+        replicas.push(replica(dir.path(), 7 + i, &etcd.url, "/bias/", &geo).await);
+    }
+    for r in &replicas {
+        assert_eq!(near_from_paris(r.addr).await, "192.0.2.32", "{}: frankfurt", r.node);
+    }
+    let path = "/api/v1/profiles/near/endpoints/dublin/bias";
+    let v = change(replicas[0].admin, "PUT", path, r#"{"bias": 40}"#).await;
+    assert_eq!(v["bias_override"], 40, "{v}");
+    for r in &replicas {
+        eventually(PATIENCE, &format!("{} answers dublin", r.node), async || {
+            near_from_paris(r.addr).await == "192.0.2.31"
+        })
+        .await;
+    }
+    let record = stored(&etcd, &format!("/bias/overrides/{}/dublin", fq("near"))).await.unwrap();
+    assert_eq!((&record["bias"], &record["by"]), (&json!(40), &json!("alice")), "{record}");
+
+    change(replicas[1].admin, "DELETE", path, "").await;
+    for r in &replicas {
+        eventually(PATIENCE, &format!("{} answers frankfurt again", r.node), async || {
+            near_from_paris(r.addr).await == "192.0.2.32"
+        })
+        .await;
+        let want = [
+            format!("bias {}/dublin by alice", fq("near")),
+            format!("bias_cleared {}/dublin by alice", fq("near")),
+        ];
+        assert_eq!(actions(r.admin).await, want, "{}", r.node);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,6 +70,15 @@ fn one_error_per_case_with_location() {
         ("name: www\nrouting: multivalue\nendpoints:\n  - { name: a, target: host.example.net. }\n".into(), "p.yaml:4:5", "multivalue endpoints must have IP address targets"),
         ("name: www\nrouting: priority\nsticky: true\nendpoints: []\n".into(), "p.yaml:3:9", "sticky applies to"),
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: www }\n".into(), "p.yaml:1:7", "nesting cycle"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:4:5", "geoproximity endpoints need coordinates"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 91, longitude: 0 } }\n".into(), "p.yaml:4:60", "latitude must be between -90 and 90, got 91"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 0, longitude: -180.5 } }\n".into(), "p.yaml:4:74", "longitude must be between -180 and 180, got -180.5"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 0 } }\n".into(), "p.yaml:4:50", "missing field `longitude`"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 1, longitude: 2 }, bias: 100 }\n".into(), "p.yaml:4:85", "bias must be between -99 and 99, got 100"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 1, longitude: 2 }, bias: -100 }\n".into(), "p.yaml:4:85", "bias must be between -99 and 99, got -100"),
+        ("name: www\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, location: eu-west }\n".into(), "p.yaml:2:10", "needs latency: { table: ... }"),
+        ("name: www\nrouting: weighted\nendpoints:\n  - { name: a, target: 192.0.2.1, bias: 5 }\n".into(), "p.yaml:4:41", "bias applies to routing: geoproximity only"),
+        ("name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 1, longitude: 2 } }\n".into(), "p.yaml:4:48", "coordinates applies to routing: geoproximity only"),
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: c, always_serve: true }\n---\nname: c\nrouting: priority\nendpoints: []\n".into(), "p.yaml:4:42", "always_serve does not apply to a nested endpoint"),
     ];
     let mut failures = Vec::new();
@@ -180,7 +189,7 @@ fn yaml_mistakes_are_named_plainly_where_they_are() {
                  nested under a scalar value; did you mean to dedent it?",
                 "p.yaml:6:1: duplicate key `name` (first at 4:1)",
                 "p.yaml:9:10: unknown routing method \"fastest\" (priority, weighted, performance, \
-                 geographic, multivalue, subnet, groups, zone)",
+                 geographic, multivalue, subnet, groups, zone, asn, geoproximity)",
             ],
         ),
     ];

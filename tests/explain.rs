@@ -300,6 +300,30 @@ fn explain_down_follows_each_method_s_rules() {
         ),
         // zone: 1 of 4 serving endpoints in zone-a is 25% ≥ 20%: the remaining a2.
         ("svc", "10.1.2.3", &["svc/a1"], "A 192.0.2.102", "1 of 4 serving endpoints"),
+        // geoproximity from Paris: Frankfurt (478 km) is nearer than Dublin (781 km); with
+        // Frankfurt down, Dublin. Dublin's +50 halves its distance on near-biased.
+        ("near", "192.0.2.5", &[], "A 192.0.2.202", "nearest by biased distance: frankfurt"),
+        (
+            "near",
+            "192.0.2.5",
+            &["near/frankfurt"],
+            "A 192.0.2.201",
+            "endpoint dublin: 781 km, bias +0, biased 781 km",
+        ),
+        (
+            "near-biased",
+            "192.0.2.5",
+            &[],
+            "A 192.0.2.211",
+            "endpoint dublin: 781 km, bias +50, biased 390 km",
+        ),
+        (
+            "near-biased",
+            "192.0.2.5",
+            &[],
+            "A 192.0.2.211",
+            "endpoint frankfurt: 478 km, bias +0, biased 478 km",
+        ),
     ];
     let mut failures = Vec::new();
     for (name, client, down, answer, fragment) in cases {

@@ -696,6 +696,83 @@ async fn zone_scope_is_the_topology_network() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Geoproximity
+// ---------------------------------------------------------------------------------------
+
+const NEAR: &[(&str, &str)] = &[
+    ("dublin", "192.0.2.201"),
+    ("frankfurt", "192.0.2.202"),
+    ("virginia", "192.0.2.203"),
+    ("tokyo", "192.0.2.204"),
+];
+
+const NEAR_BIASED: &[(&str, &str)] = &[
+    ("dublin", "192.0.2.211"),
+    ("frankfurt", "192.0.2.212"),
+    ("virginia", "192.0.2.213"),
+    ("tokyo", "192.0.2.214"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geoproximity_answers_the_nearest_endpoint_with_the_networks_scope() {
+    let h = Harness::location(&[]).await;
+    // Great-circle distances, rounded (any atlas): Paris–Frankfurt 478 km, Paris–Dublin
+    // 781 km; New York–Washington 330 km; San Francisco–Washington 3,900 km,
+    // –Dublin 8,200 km, –Tokyo 8,300 km; Beijing–Tokyo 2,100 km; Sydney–Tokyo 7,800 km;
+    // São Paulo–Washington 7,600 km, –Dublin 9,400 km; London–Dublin 460 km,
+    // London–Frankfurt 640 km. The scope is the database network of the client.
+    // (client, ECS source, endpoint, scope)
+    let cases: &[(&str, u8, &str, u8)] = &[
+        (PARIS, 32, "frankfurt", 25),
+        ("192.0.2.0", 24, "frankfurt", 25), // the /25 network, longer than the source
+        (FRANKFURT, 32, "frankfurt", 24),
+        (NYC, 32, "virginia", 24),
+        (SF, 32, "virginia", 25),
+        (SAO_PAULO, 32, "virginia", 24),
+        (BEIJING, 32, "tokyo", 25),
+        (SHANGHAI, 32, "tokyo", 25),
+        (TOKYO, 32, "tokyo", 22),
+        (SYDNEY, 32, "tokyo", 24),
+        ("2001:db8:1::", 48, "dublin", 48),
+        ("2001:db8:1:ff00::", 56, "dublin", 48),
+    ];
+    let mut failures = Vec::new();
+    for (client, source, want, scope) in cases {
+        let got = pick(&h, NEAR, "near", client, *source).await;
+        if got != (*want, *scope) {
+            failures.push(format!("{client}/{source}: got {got:?}, want {want} /{scope}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // No location: the first endpoint in configuration order.
+    assert_eq!(pick(&h, NEAR, "near", NOWHERE, 32).await.0, "dublin");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn geoproximity_bias_grows_and_shrinks_what_an_endpoint_serves() {
+    let h = Harness::location(&[]).await;
+    // Dublin +50 counts half its distance; Virginia -99 counts 1.99 times its own.
+    // (client, endpoint, why)
+    let cases: &[(&str, &str, &str)] = &[
+        (PARIS, "dublin", "781 × 0.5 = 390 km < Frankfurt 478 km"),
+        (FRANKFURT, "frankfurt", "0 km"),
+        (NYC, "virginia", "330 × 1.99 = 660 km < Dublin 5,100 × 0.5 = 2,550 km"),
+        (SF, "dublin", "8,200 × 0.5 = 4,100 km < Virginia 3,900 × 1.99 = 7,800 km"),
+        (BEIJING, "tokyo", "2,100 km < Dublin 8,300 × 0.5 = 4,150 km"),
+    ];
+    let mut failures = Vec::new();
+    for (client, want, why) in cases {
+        let (got, _) = pick(&h, NEAR_BIASED, "near-biased", client, 32).await;
+        if got != *want {
+            failures.push(format!("{client}: got {got}, want {want} ({why})"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    h.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
 // Validation
 // ---------------------------------------------------------------------------------------
 
@@ -748,6 +825,16 @@ fn location_validation_errors_are_located() {
             "name: f\nrouting: performance\nendpoints:\n  - { name: a, target: 192.0.2.1, location: mars-north }\n",
             "p.yaml:4:45",
             "location \"mars-north\" is not a region of the latency table",
+        ),
+        (
+            "name: n\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, location: mars-north }\n",
+            "p.yaml:4:45",
+            "location \"mars-north\" is not a region of the latency table",
+        ),
+        (
+            "name: n\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, location: eu-west, coordinates: { latitude: 1, longitude: 2 } }\n",
+            "p.yaml:4:45",
+            "give coordinates or location, not both",
         ),
         (
             "name: z\nrouting: zone\nendpoints:\n  - { name: a, target: 192.0.2.1, zone: zone-z }\n",

@@ -142,7 +142,13 @@ fn summary(events: &[Value]) -> Vec<String> {
 }
 
 fn override_body(profile: &str, ep: &str, drained: bool, weight: Option<u32>) -> Value {
-    json!({ "profile": fq(profile), "endpoint": ep, "drained": drained, "weight_override": weight })
+    json!({
+        "profile": fq(profile),
+        "endpoint": ep,
+        "drained": drained,
+        "weight_override": weight,
+        "bias_override": null,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -643,7 +649,10 @@ fn everything(snap: &steerdns::model::Snapshot) -> Vec<String> {
     ];
     let mut out = Vec::new();
     for p in &snap.profiles {
-        let eps = p.endpoints.iter().map(|e| (e.enabled, e.weight, e.drained, e.weight_override));
+        let eps = p
+            .endpoints
+            .iter()
+            .map(|e| (e.enabled, e.weight, e.drained, e.weight_override, e.bias, e.bias_override));
         out.push(format!("{} {:?} {:?}", p.name, p.families, eps.collect::<Vec<_>>()));
         let name = absolute(snap, &p.name).unwrap();
         for qtype in ["A", "AAAA", "CNAME"] {
@@ -682,8 +691,8 @@ fn a_patched_snapshot_answers_as_a_full_rebuild_and_a_reload_keeps_its_overrides
     // A fixed walk over every endpoint: drains, weights (some that the method refuses),
     // undrains and cleared weights, and overrides of names the configuration lacks.
     let mut overrides = Overrides::default();
-    overrides.set(&fq("gone"), "a", Override { drained: true, weight: None });
-    overrides.set(&fq("prio"), "gone", Override { drained: false, weight: Some(2) });
+    overrides.set(&fq("gone"), "a", Override { drained: true, ..Override::default() });
+    overrides.set(&fq("prio"), "gone", Override { weight: Some(2), ..Override::default() });
     let mut patched = config::patch(base.previous(), &overrides);
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     for step in 0..40 {
@@ -694,10 +703,13 @@ fn a_patched_snapshot_answers_as_a_full_rebuild_and_a_reload_keeps_its_overrides
         for k in 0..1 + step % 3 {
             let (p, e) = &targets[(x as usize).wrapping_add(k * 31) % targets.len()];
             let before = overrides.get(p, e);
-            let after = match (x >> 20) % 5 {
+            let after = match (x >> 20) % 7 {
                 0 | 1 => Override { drained: !before.drained, ..before },
                 2 => Override { weight: Some([0, 2, 5, 300][(x >> 30) as usize % 4]), ..before },
                 3 => Override { weight: None, ..before },
+                // Biases: geoproximity takes them, every other method drops them.
+                4 => Override { bias: Some([-99, -30, 50, 99][(x >> 30) as usize % 4]), ..before },
+                5 => Override { bias: None, ..before },
                 _ => Override::default(),
             };
             overrides.set(p, e, after);
@@ -728,6 +740,115 @@ fn a_patched_snapshot_answers_as_a_full_rebuild_and_a_reload_keeps_its_overrides
     let reloaded = config::load(&path, Some(patched.previous())).unwrap();
     assert_eq!(reloaded.cache.overrides, patched.cache.overrides);
     assert_eq!(everything(&reloaded.snapshot), everything(&patched.snapshot));
+}
+
+// ---------------------------------------------------------------------------------------
+// Geoproximity bias
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_time_bias_moves_a_geoproximity_answer_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), &[("p.yaml", PROFILES)], true);
+    let mut h = Harness::in_dir(dir).await;
+    // Paris (192.0.2.0/25): Frankfurt 478 km, Dublin 781 km.
+    let paris = || Q::new(&fq("near"), 1).edns().ecs(ip("192.0.2.7"), 32);
+    let addrs = |r: Reply| r.addrs().iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(addrs(h.udp(&paris()).await), ["192.0.2.202"], "frankfurt");
+    let generation = get(&h, "/api/v1/reload").await;
+
+    // +40: 781 × 0.6 = 469 km < 478 km.
+    let path = "/api/v1/profiles/near/endpoints/dublin/bias";
+    let r = api(&h, "PUT", path, Some(ALICE), r#"{"bias": 40}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({ "profile": fq("near"), "endpoint": "dublin", "drained": false,
+                "weight_override": null, "bias_override": 40 })
+    );
+    let reply = h.udp(&paris()).await;
+    assert_eq!(reply.ecs().map(|e| e.2), Some(25), "the scope is the Paris /25");
+    assert_eq!(addrs(reply), ["192.0.2.201"], "dublin, without a reload");
+    assert_eq!(get(&h, "/api/v1/reload").await, generation, "no reload happened");
+    let shown_dublin = shown(&h, "near", "dublin").await;
+    assert_eq!(
+        (&shown_dublin["bias"], &shown_dublin["configured_bias"], &shown_dublin["bias_override"]),
+        (&json!(40), &json!(0), &json!(40)),
+        "{shown_dublin}"
+    );
+    let listed = get(&h, "/api/v1/profiles").await;
+    let near = listed["profiles"].as_array().unwrap().iter().find(|p| p["name"] == fq("near"));
+    let near = near.unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(near["overrides"][0]["bias_override"], 40, "{near}");
+    let v = get(&h, "/api/v1/explain?name=near&client=192.0.2.7").await;
+    let trace: Vec<&str> =
+        v["trace"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for line in [
+        "endpoint dublin has bias 40 set at run time (configured 0)",
+        "endpoint dublin: 781 km, bias +40, biased 469 km",
+        "endpoint frankfurt: 478 km, bias +0, biased 478 km",
+        "nearest by biased distance: dublin (469 km)",
+    ] {
+        assert!(trace.contains(&line), "{line:?} not in {trace:#?}");
+    }
+
+    let m = common::prometheus::scrape(h.admin(), Some(ADMIN)).await;
+    let labels = [("profile", fq("near")), ("endpoint", "dublin".to_string())];
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(m.sum("steerdns_endpoint_bias_override", &labels), 40.0);
+
+    // +30 is not enough (547 km); out of range and other methods are refused.
+    let r = api(&h, "PUT", path, Some(ALICE), r#"{"bias": 30}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(addrs(h.udp(&paris()).await), ["192.0.2.202"]);
+    for (p, body, want) in [
+        (
+            path,
+            r#"{"bias": 100}"#,
+            "the body must be {\"bias\": N} with N a whole number from -99 to 99: 100 is not one",
+        ),
+        (
+            path,
+            r#"{"bias": 2.5}"#,
+            "the body must be {\"bias\": N} with N a whole number from -99 to 99: 2.5 is not one",
+        ),
+        (
+            "/api/v1/profiles/prio/endpoints/a/bias",
+            r#"{"bias": 5}"#,
+            "routing: priority has no biases",
+        ),
+    ] {
+        let r = api(&h, "PUT", p, Some(ALICE), body).await;
+        assert_eq!((r.status, r.json()["error"].clone()), (400, json!(want)), "{p} {body}");
+    }
+
+    // Kept in the state file, and through a restart.
+    let state = std::fs::read_to_string(h.dir.path().join("overrides.json")).unwrap();
+    let state: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(
+        state["overrides"],
+        json!([{ "profile": fq("near"), "endpoint": "dublin", "drained": false, "bias": 30 }])
+    );
+    let kinds: Vec<String> =
+        summary(&events(&h, 0).await).into_iter().filter(|s| s.starts_with("bias")).collect();
+    assert_eq!(
+        kinds,
+        [
+            format!("bias {}/dublin by alice 0 -> 40", fq("near")),
+            format!("bias {}/dublin by alice 40 -> 30", fq("near")),
+        ]
+    );
+    h.server.take().unwrap().shutdown().await;
+    let h = Harness::in_dir(h.dir).await;
+    assert_eq!(shown(&h, "near", "dublin").await["bias"], 30);
+
+    // DELETE goes back to the configured bias.
+    let r = api(&h, "DELETE", path, Some(ALICE), "").await;
+    assert_eq!((r.status, r.json()["bias_override"].clone()), (200, Value::Null));
+    assert_eq!(shown(&h, "near", "dublin").await["bias"], 0);
+    let last = summary(&events(&h, 0).await).pop().unwrap();
+    assert_eq!(last, format!("bias_cleared {}/dublin by alice 30 -> 0", fq("near")));
+    h.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------

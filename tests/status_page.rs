@@ -603,6 +603,45 @@ async fn the_drain_button_drains_and_undrains_an_endpoint() {
     h.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_time_bias_shows_in_the_row_and_on_the_endpoint() {
+    let Some(mut b) = Browser::start().await else { return };
+    let near = "name: near\nrouting: geoproximity\nendpoints:\n\
+        \x20 - { name: dublin, target: 192.0.2.31, coordinates: { latitude: 53.35, longitude: -6.26 }, bias: 10, always_serve: true }\n\
+        \x20 - { name: frankfurt, target: 192.0.2.32, coordinates: { latitude: 50.11, longitude: 8.68 }, always_serve: true }\n";
+    let mut files = DEFAULT_PROFILES.to_vec();
+    files.push(("near.yaml", near));
+    let h = Harness::with_admin(&files, None).await;
+    const NEAR: &str = "near.tm.example.test.";
+    b.open(h.admin()).await;
+    b.wait_for("near", |v| row(v, NEAR).is_some()).await;
+    b.click(&format!(r#"tbody[data-key="{NEAR}"] button.toggle"#)).await;
+    b.wait_for("dublin's row", |v| endpoint(v, NEAR, "dublin").is_some()).await;
+
+    let path = "/api/v1/profiles/near/endpoints/dublin/bias";
+    let r = http_with_body(h.admin(), "PUT", path, &[], br#"{"bias": 40}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = b
+        .wait_for("near's row and dublin's badge saying bias 40", |v| {
+            let counts = row(v, NEAR).map_or("", |r| r["counts"].as_str().unwrap_or(""));
+            let badges =
+                endpoint(v, NEAR, "dublin").map_or("", |e| e["badges"].as_str().unwrap_or(""));
+            counts.contains("1 bias set (dublin → 40)")
+                && badges.contains("bias 40 (configured 10)")
+        })
+        .await;
+    let frankfurt = endpoint(&v, NEAR, "frankfurt").unwrap();
+    assert!(!frankfurt["badges"].as_str().unwrap().contains("bias"), "{frankfurt}");
+    b.wait_for("the bias in the events", |v| {
+        v["events"].as_str().unwrap().contains("bias set near.tm.example.test. / dublin")
+    })
+    .await;
+
+    b.assert_no_console_error(&[]).await;
+    b.close().await;
+    h.stop().await;
+}
+
 /// A `priority` profile `fo`: `primary` probed on `backend` every second, `backup`
 /// always serving.
 fn failover_profile(backend: SocketAddr) -> String {

@@ -22,7 +22,8 @@ pub fn compile(world: &World, profiles: &mut [Profile]) {
     let mut done: HashMap<ByRegion, Arc<Classes>> = HashMap::new();
     for p in profiles {
         let serving = serving(p);
-        let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut p.rules else {
+        let Rules::Geographic { by_region, fallback_on_degraded, compiled, .. } = &mut p.rules
+        else {
             continue;
         };
         let by_region = serving.as_ref().unwrap_or(by_region);
@@ -48,7 +49,8 @@ pub fn compile(world: &World, profiles: &mut [Profile]) {
 pub fn recompile(world: &World, before: &Profile, after: &mut Profile) {
     let same = serving(before) == serving(after);
     let serving = serving(after);
-    let Rules::Geographic { by_region, fallback_on_degraded, compiled } = &mut after.rules else {
+    let Rules::Geographic { by_region, fallback_on_degraded, compiled, .. } = &mut after.rules
+    else {
         return;
     };
     if same {

@@ -17,6 +17,7 @@ pub mod dnssec;
 mod dnstap;
 mod files;
 mod geographic;
+mod geoproximity;
 mod host;
 pub mod keyfile;
 mod monitor;
@@ -401,6 +402,7 @@ pub struct Limits {
     pub zone_file: Limit,
     pub latency_table: Limit,
     pub geo_database: Limit,
+    pub asn_database: Limit,
 }
 
 impl Default for Limits {
@@ -412,6 +414,7 @@ impl Default for Limits {
             zone_file: Limit { bytes: 64 << 20, set_by: "limits.zone_file" },
             latency_table: crate::geo::LatencyTable::DEFAULT_LIMIT,
             geo_database: crate::geo::GeoDb::DEFAULT_LIMIT,
+            asn_database: crate::geo::AsnDb::DEFAULT_LIMIT,
         }
     }
 }
@@ -433,6 +436,7 @@ fn limits(sink: &mut Sink<'_>, raw: &RawServer) -> Limits {
         (&l.zone_file, &mut out.zone_file),
         (&l.latency_table, &mut out.latency_table),
         (&l.geo_database, &mut out.geo_database),
+        (&l.asn_database, &mut out.asn_database),
     ];
     for (value, limit) in keys {
         if let Some(v) = value

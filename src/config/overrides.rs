@@ -29,11 +29,13 @@ const VERSION: u32 = 1;
 pub struct Override {
     pub drained: bool,
     pub weight: Option<u32>,
+    /// `routing: geoproximity`: the endpoint's bias.
+    pub bias: Option<i8>,
 }
 
 impl Override {
     pub fn is_empty(self) -> bool {
-        !self.drained && self.weight.is_none()
+        !self.drained && self.weight.is_none() && self.bias.is_none()
     }
 }
 
@@ -169,6 +171,8 @@ fn reset(p: &mut Profile) {
         ep.weight = ep.configured_weight;
         ep.drained = false;
         ep.weight_override = None;
+        ep.bias = ep.configured_bias;
+        ep.bias_override = None;
     }
 }
 
@@ -197,8 +201,14 @@ fn fit(
     if let Some(w) = o.weight
         && let Err(reason) = check_weight(p.method, w)
     {
-        drop(Override { drained: false, weight: Some(w) }, reason);
+        drop(Override { weight: Some(w), ..Override::default() }, reason);
         o.weight = None;
+    }
+    if let Some(b) = o.bias
+        && let Err(reason) = check_bias(p.method, b)
+    {
+        drop(Override { bias: Some(b), ..Override::default() }, reason);
+        o.bias = None;
     }
     Some((at, o))
 }
@@ -209,6 +219,20 @@ fn set(ep: &mut Endpoint, o: Override) {
     ep.enabled = ep.configured_enabled && !o.drained;
     ep.weight_override = o.weight;
     ep.weight = o.weight.unwrap_or(ep.configured_weight);
+    ep.bias_override = o.bias;
+    ep.bias = o.bias.unwrap_or(ep.configured_bias);
+}
+
+/// Whether a profile routed by `method` takes `bias` as an endpoint's bias; `Err` says why
+/// not.
+pub fn check_bias(method: crate::model::Method, bias: i8) -> Result<(), String> {
+    if method != crate::model::Method::Geoproximity {
+        return Err(format!("routing: {} has no biases", method.as_str()));
+    }
+    if !(-99..=99).contains(&bias) {
+        return Err(format!("bias {bias} is outside -99..99 (routing: geoproximity)"));
+    }
+    Ok(())
 }
 
 /// Whether a profile routed by `method` takes `weight` as an endpoint's weight; `Err` says
@@ -298,6 +322,8 @@ struct Entry {
     drained: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     weight: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bias: Option<i8>,
 }
 
 /// Reads the state file at `path`; `None` when it does not exist (yet).
@@ -345,7 +371,7 @@ pub fn parse(text: &str) -> Result<Overrides, (Pos, String)> {
             let (p, ep) = key;
             return Err(whole(format!("endpoint {ep} of {p} is listed twice")));
         }
-        let o = Override { drained: e.drained, weight: e.weight };
+        let o = Override { drained: e.drained, weight: e.weight, bias: e.bias };
         if !o.is_empty() {
             out.0.insert(key, o);
         }
@@ -360,6 +386,7 @@ pub fn to_text(overrides: &Overrides, events: &[Event]) -> String {
         endpoint: e.to_string(),
         drained: o.drained,
         weight: o.weight,
+        bias: o.bias,
     });
     let events = events.iter().map(SavedEvent::of).collect();
     let file = StateFile { version: VERSION, overrides: entries.collect(), events };
@@ -418,7 +445,7 @@ mod tests {
     fn set(list: &[(&str, &str, bool, Option<u32>)]) -> Overrides {
         let mut o = Overrides::default();
         for (p, e, drained, weight) in list {
-            o.set(p, e, Override { drained: *drained, weight: *weight });
+            o.set(p, e, Override { drained: *drained, weight: *weight, bias: None });
         }
         o
     }
@@ -447,7 +474,7 @@ mod tests {
         assert_eq!(kept, set(&[(p, "x", true, None)]));
         let why: Vec<(String, String, Override, String)> =
             dropped.into_iter().map(|d| (d.profile, d.endpoint, d.dropped, d.reason)).collect();
-        let o = |drained, weight| Override { drained, weight };
+        let o = |drained, weight| Override { drained, weight, bias: None };
         let want = vec![
             (
                 "nope.tm.example.test.".into(),
@@ -509,12 +536,49 @@ mod tests {
     }
 
     #[test]
+    fn biases_are_checked_against_the_method() {
+        let cases = [
+            (Method::Geoproximity, -99, Ok(())),
+            (Method::Geoproximity, 99, Ok(())),
+            (Method::Geoproximity, 100, Err("bias 100 is outside -99..99 (routing: geoproximity)")),
+            (
+                Method::Geoproximity,
+                -100,
+                Err("bias -100 is outside -99..99 (routing: geoproximity)"),
+            ),
+            (Method::Weighted, 5, Err("routing: weighted has no biases")),
+        ];
+        for (method, bias, want) in cases {
+            assert_eq!(check_bias(method, bias), want.map_err(String::from), "{method:?} {bias}");
+        }
+    }
+
+    #[test]
+    fn a_bias_is_dropped_where_the_method_has_none() {
+        let mut profiles = profiles(&[("w", "weighted", &["a"])]);
+        let w = "w.tm.example.test.";
+        let mut o = Overrides::default();
+        o.set(w, "a", Override { drained: true, weight: None, bias: Some(20) });
+        let (kept, dropped) = apply(&mut profiles, &o);
+        assert_eq!(kept, set(&[(w, "a", true, None)]));
+        let d = &dropped[..];
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            (d[0].dropped.bias, d[0].reason.as_str()),
+            (Some(20), "routing: weighted has no biases")
+        );
+        assert_eq!(profiles[0].endpoints[0].bias, 0);
+    }
+
+    #[test]
     fn the_state_file_round_trips_and_names_its_mistakes() {
-        let o = set(&[
+        let mut o = set(&[
             ("www.tm.example.test.", "a", true, None),
             ("api.tm.example.test.", "b", false, Some(5)),
         ]);
+        o.set("near.tm.example.test.", "c", Override { bias: Some(-7), ..Override::default() });
         let text = to_text(&o, &[]);
+        assert!(text.contains("\"bias\": -7"), "{text}");
         assert_eq!(parse(&text), Ok(o));
         let upper = r#"{"version":1,"overrides":[{"profile":"WWW.tm.example.test.","endpoint":"a","drained":true}]}"#;
         assert_eq!(parse(upper), Ok(set(&[("www.tm.example.test.", "a", true, None)])));

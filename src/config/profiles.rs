@@ -384,6 +384,7 @@ impl Builder<'_, '_> {
         };
         let weight =
             int_or(self.sink, e.weight.as_deref(), 0, max_weight.into(), "weight", default_weight);
+        let bias = int_or(self.sink, e.bias.as_deref(), -99, 99, "bias", 0);
         Endpoint {
             name_hash: hash_str(&name),
             name,
@@ -396,6 +397,9 @@ impl Builder<'_, '_> {
             configured_weight: weight,
             drained: false,
             weight_override: None,
+            bias,
+            configured_bias: bias,
+            bias_override: None,
             health_slot: None,
             monitor: if always_serve { None } else { monitor.map(Box::new) },
             load: None,

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::schema::{
-    DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
+    AsnNumber, DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
     RoutingMethod, SourceAddress, Target, TokenRoleName,
 };
 
@@ -41,6 +41,7 @@ pub struct RawServer {
     /// The zones served authoritatively: at least one.
     pub zones: Loc<Vec<Loc<RawZone>>>,
     pub geo: Option<RawGeo>,
+    pub asn: Option<RawAsn>,
     pub latency: Option<RawLatency>,
     pub topology: Option<RawTopology>,
     /// The profiles directory (default `profiles/`): every `*.yaml` and `*.yml` file
@@ -314,6 +315,17 @@ pub struct RawGeo {
     pub database: Loc<String>,
 }
 
+/// `asn:`: which network operator clients belong to, for `routing: asn` and `AS` codes in
+/// `geo:`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Asn")]
+pub struct RawAsn {
+    /// MaxMind DB in the GeoLite2-ASN layout (GeoLite2-ASN, or one from
+    /// `steerdns geo build --asn`); read whole into memory; a change reloads.
+    pub database: Loc<String>,
+}
+
 /// `latency:`: the latency table, needed by `performance` and `groups` routing.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -421,6 +433,8 @@ pub struct RawLimits {
     pub latency_table: Option<Loc<SizeText>>,
     /// The most the geo database may hold (default 512MiB); it is read whole into memory.
     pub geo_database: Option<Loc<SizeText>>,
+    /// The most the ASN database may hold (default 128MiB); it is read whole into memory.
+    pub asn_database: Option<Loc<SizeText>>,
 }
 
 /// A size as written, a number or a string; `check::size` gives it meaning.
@@ -607,10 +621,21 @@ pub struct RawEndpoint {
     pub priority: Option<Box<Loc<Int>>>,
     /// weighted: 0..1000 (default 1); in groups 0..255 (default 128).
     pub weight: Option<Box<Loc<Int>>>,
-    /// performance: a region of the latency table.
+    /// performance, geoproximity: a region of the latency table.
     pub location: Option<Box<Loc<String>>>,
-    /// geographic: region codes (`WORLD`, `GEO-EU`, `FR`, `US-CA`, ...).
+    /// geoproximity: where the endpoint is (instead of `location`).
+    pub coordinates: Option<Box<Loc<RawCoordinates>>>,
+    /// geoproximity: grows (1..99) or shrinks (-1..-99) the area the endpoint serves: its
+    /// distance to a client counts as distance × (1 − bias/100) (default 0).
+    pub bias: Option<Box<Loc<Int>>>,
+    /// geographic: region codes (`WORLD`, `GEO-EU`, `FR`, `US-CA`, ...) and ASNs
+    /// (`AS64496`), which beat every region code.
     pub geo: Option<Box<Loc<Vec<Loc<String>>>>>,
+    /// asn: the client ASNs this endpoint answers (`[64496, 64497]`); the first eligible
+    /// endpoint listing the client's ASN answers, an endpoint without `asns` is the
+    /// fallback.
+    #[schemars(with = "Option<Vec<AsnNumber>>")]
+    pub asns: Option<Box<Loc<Vec<Loc<Int>>>>>,
     /// subnet: CIDRs or `start-end` ranges; the endpoint without `subnets` is the fallback.
     #[schemars(with = "Option<Vec<Network>>")]
     pub subnets: Option<Box<Loc<Vec<Loc<String>>>>>,
@@ -625,6 +650,17 @@ pub struct RawEndpoint {
     pub min_child_endpoints_ipv4: Option<Box<Loc<Int>>>,
     /// Nested: and at least this many serving IPv6 endpoints, 0..1000 (default 0).
     pub min_child_endpoints_ipv6: Option<Box<Loc<Int>>>,
+}
+
+/// geoproximity: a point in degrees.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Coordinates")]
+pub struct RawCoordinates {
+    /// -90..90 (north positive).
+    pub latitude: Loc<f64>,
+    /// -180..180 (east positive).
+    pub longitude: Loc<f64>,
 }
 
 /// groups: an endpoint group with a traffic dial.

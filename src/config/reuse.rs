@@ -78,8 +78,9 @@ impl<'a> Reuse<'a> {
 }
 
 /// What `Builder` reads outside the profile itself: zone origins (name resolution and the
-/// zone index), latency-table regions and topology zones (indices in rules), and the
-/// region hierarchy (geographic codes). Mtimes are not trusted: content is compared.
+/// zone index), latency-table regions and topology zones (indices in rules), the
+/// region hierarchy (geographic codes), and whether there is an ASN database (ASN rules
+/// need one). Mtimes are not trusted: content is compared.
 fn same_context(prev: &Snapshot, zones: &[Zone], world: &World) -> bool {
     let same_latency_regions = match (&prev.world.latency, &world.latency) {
         (Some(a), Some(b)) => {
@@ -91,6 +92,7 @@ fn same_context(prev: &Snapshot, zones: &[Zone], world: &World) -> bool {
         && prev.zones.iter().zip(zones).all(|(a, b)| a.origin == b.origin)
         && Arc::ptr_eq(&prev.world.regions, &world.regions)
         && prev.world.az_names == world.az_names
+        && prev.world.asn.is_some() == world.asn.is_some()
         && same_latency_regions
 }
 

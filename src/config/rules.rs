@@ -23,6 +23,9 @@ impl Builder<'_, '_> {
             (e.geo.as_deref().map(Pos::of), "geo", Method::Geographic),
             (e.subnets.as_deref().map(Pos::of), "subnets", Method::Subnet),
             (e.zone.as_deref().map(Pos::of), "zone", Method::SameAz),
+            (e.asns.as_deref().map(Pos::of), "asns", Method::Asn),
+            (e.coordinates.as_deref().map(Pos::of), "coordinates", Method::Geoproximity),
+            (e.bias.as_deref().map(Pos::of), "bias", Method::Geoproximity),
         ];
         for (at, key, wanted) in keys {
             if let Some(at) = at
@@ -32,10 +35,12 @@ impl Builder<'_, '_> {
             }
         }
         if let Some(l) = &e.location
-            && method != Method::Performance
+            && !matches!(method, Method::Performance | Method::Geoproximity)
         {
-            self.sink
-                .on(l, "location applies to routing: performance only (groups set it per group)");
+            self.sink.on(
+                l,
+                "location applies to routing: performance and geoproximity only (groups set it per group)",
+            );
         }
     }
 
@@ -57,6 +62,8 @@ impl Builder<'_, '_> {
             Method::Subnet => self.subnet(eps, endpoints, degraded_fallback),
             Method::Performance => self.performance(raw, eps),
             Method::SameAz => self.same_az(raw, eps),
+            Method::Asn => self.asn(raw, eps),
+            Method::Geoproximity => self.geoproximity(raw, eps),
             _ => Rules::Plain,
         }
     }
@@ -80,12 +87,39 @@ impl Builder<'_, '_> {
         let regions = &self.world.regions;
         let mut by_region = Vec::new();
         let mut owner: HashMap<RegionId, &str> = HashMap::new();
+        let mut by_asn = Vec::new();
+        let mut asn_owner: HashMap<u32, &str> = HashMap::new();
         for (i, ep) in eps.value.iter().enumerate() {
             let Some(codes) = &ep.value.geo else {
                 self.sink.on(ep, "geographic endpoints need geo: (region codes)");
                 continue;
             };
             for code in &codes.value {
+                if let Some(asn) = crate::geo::asn::parse_code(code.value.trim()) {
+                    let asn = match asn {
+                        Ok(asn) => asn,
+                        Err(e) => {
+                            self.sink.on(code, e);
+                            continue;
+                        }
+                    };
+                    if !self.world.asn_configured {
+                        self.sink.on(
+                            code,
+                            format!("AS{asn} needs an ASN database: asn: {{ database: ... }} in steerdns.yaml"),
+                        );
+                    }
+                    if let Some(other) = asn_owner.get(&asn) {
+                        self.sink
+                            .on(code, format!("AS{asn} is already mapped to endpoint {other}"));
+                        continue;
+                    }
+                    asn_owner.insert(asn, &ep.value.name.value);
+                    if endpoints[i].enabled {
+                        by_asn.push((asn, i));
+                    }
+                    continue;
+                }
                 let Some(id) = regions.id(code.value.trim()) else {
                     self.sink.on(code, format!("unknown region code {:?}", code.value));
                     continue;
@@ -108,7 +142,37 @@ impl Builder<'_, '_> {
             by_region: ByRegion::new(by_region),
             fallback_on_degraded: fallback,
             compiled: Default::default(),
+            by_asn: crate::geo::ByAsn::new(by_asn),
         }
+    }
+
+    /// `routing: asn`: each endpoint's `asns` (none: a fallback endpoint).
+    fn asn(&mut self, raw: &RawProfile, eps: &RawEndpoints) -> Rules {
+        if !self.world.asn_configured {
+            self.sink.on(
+                &raw.routing,
+                "routing: asn needs an ASN database: asn: { database: ... } in steerdns.yaml",
+            );
+        }
+        let mut asns = Vec::with_capacity(eps.value.len());
+        for ep in &eps.value {
+            let mut list: Vec<u32> = Vec::new();
+            for n in ep.value.asns.as_deref().map_or(&[][..], |l| &l.value[..]) {
+                match u32::try_from(n.value.0).ok().filter(|&a| a != 0) {
+                    Some(a) if list.contains(&a) => {
+                        self.sink.on(n, format!("ASN {a} is listed twice"));
+                    }
+                    Some(a) => list.push(a),
+                    None => self.sink.on(
+                        n,
+                        format!("an ASN is a number from 1 to 4294967295, got {}", n.value.0),
+                    ),
+                }
+            }
+            list.sort_unstable();
+            asns.push(list);
+        }
+        Rules::Asn { asns }
     }
 
     fn subnet(
@@ -165,7 +229,7 @@ impl Builder<'_, '_> {
     }
 
     /// A latency-table region by name; errors name what is missing.
-    fn region(&mut self, raw: &RawProfile, loc: Option<&Loc<String>>, at: Pos) -> usize {
+    pub(super) fn region(&mut self, raw: &RawProfile, loc: Option<&Loc<String>>, at: Pos) -> usize {
         let Some(table) = &self.world.latency else {
             self.sink.on(
                 &raw.routing,

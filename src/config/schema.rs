@@ -227,6 +227,17 @@ text_schema!(
 );
 
 text_schema!(
+    /// An autonomous system number, as `rules::Builder::asn` reads it.
+    AsnNumber as "AsnNumber",
+    json_schema!({
+        "description": "An autonomous system number, 1..4294967295 (64496, not AS64496).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 4294967295u64
+    })
+);
+
+text_schema!(
     /// `degraded_match`, as `rules::Builder::degraded_match` reads it.
     DegradedMatch as "DegradedMatch",
     json_schema!({ "type": "string", "enum": ["serve", "fallback"] })

@@ -1,4 +1,4 @@
-//! Loads the location data named in `steerdns.yaml`: the geo database, the latency table
+//! Loads the location data named in `steerdns.yaml`: the geo and ASN databases, the latency table
 //! and the availability zones (`topology.zones`: client networks per availability zone).
 
 use std::path::Path;
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Limits;
 use super::raw::RawServer;
 use crate::diag::{Pos, Sink};
-use crate::geo::{GeoDb, LatencyTable, Regions, World};
+use crate::geo::{AsnDb, GeoDb, LatencyTable, Regions, World};
 use crate::netrange::{Range, RangeMap};
 
 pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path, limits: &Limits) -> World {
@@ -32,7 +32,18 @@ pub fn build(sink: &mut Sink<'_>, raw: &RawServer, base: &Path, limits: &Limits)
         }
     });
     let (az_networks, az_names) = availability_zones(sink, raw);
-    World::new(db, regions, latency, az_networks, az_names)
+    let asn = raw.asn.as_ref().and_then(|a| {
+        match AsnDb::open_limited(&base.join(&a.database.value), limits.asn_database) {
+            Ok(db) => Some(db),
+            Err(e) => {
+                sink.on(&a.database, e.to_string());
+                None
+            }
+        }
+    });
+    let mut world = World::new(db, regions, latency, az_networks, az_names).with_asn(asn);
+    world.asn_configured = raw.asn.is_some();
+    world
 }
 
 /// `topology.zones`: each availability zone's networks; networks may not overlap across

@@ -254,6 +254,23 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
         }
     }
 
+    /// Coordinates: plain decimals only (`50.11`, `-6`), whose reading is certain; an
+    /// exponent, a `+`, `.5`, `.inf` or a quoted number is left to serde-saphyr.
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
+        let (text, style) = self.scalar()?;
+        let magnitude = text.strip_prefix('-').unwrap_or(&text);
+        let (whole, fraction) = magnitude.split_once('.').unwrap_or((magnitude, "1"));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let plain_decimal = style == ScalarStyle::Plain
+            && digits(whole)
+            && (whole == "0" || !whole.starts_with('0'))
+            && digits(fraction);
+        if !plain_decimal {
+            return Err(GiveUp);
+        }
+        visitor.visit_f64(text.parse().map_err(|_| GiveUp)?)
+    }
+
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
         self.deserialize_str(visitor)
     }
@@ -311,7 +328,7 @@ impl<'de> Deserializer<'de> for &mut Reader<'_> {
     give_up! {
         deserialize_i8(); deserialize_i16(); deserialize_i32(); deserialize_i64();
         deserialize_i128(); deserialize_u8(); deserialize_u16(); deserialize_u32();
-        deserialize_u64(); deserialize_u128(); deserialize_f32(); deserialize_f64();
+        deserialize_u64(); deserialize_u128(); deserialize_f32();
         deserialize_char(); deserialize_bytes(); deserialize_byte_buf(); deserialize_unit();
         deserialize_ignored_any(); deserialize_unit_struct(&'static str);
         deserialize_tuple(usize); deserialize_tuple_struct(&'static str, usize);
@@ -437,6 +454,7 @@ mod tests {
             "name: geo\nrouting: geographic\nendpoints:\n  - name: eu\n    target: eu.example.net.\n    geo: [EU, DE, \"US-CA\"]\n    subnets:\n      - 10.0.0.0/8\n      - 2001:db8::/32\n    location: fra\n    zone: z1\n    monitor:\n      path: >-\n        /folded\n        path\n",
             "name: nested\nrouting: priority\nendpoints:\n  - { name: n, profile: child, min_child_endpoints: 2, min_child_endpoints_ipv4: 1, min_child_endpoints_ipv6: 0 }\n---\nname: dial\nrouting: groups\ngroups:\n  - name: g1\n    location: fra\n    traffic_dial: 50\n    endpoints: [ { name: a, target: 192.0.2.9 } ]\n...\n---\nname: 123\nrouting: multi\n  line plain\n",
             "{ name: flow, routing: priority, endpoints: [ { name: a,\n    target: 192.0.2.1 } ] }\n",
+            "name: near\nrouting: geoproximity\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 50.11, longitude: -6 }, bias: -20 }\n  - name: b\n    target: 192.0.2.2\n    coordinates:\n      latitude: -0.000001\n      longitude: 0\n    bias: 99\n",
         ];
         for text in texts {
             let quick = quick(text).unwrap_or_else(|| panic!("gave up on:\n{text}"));
@@ -488,6 +506,13 @@ mod tests {
             "\"name\": b\n",
             "unknown: 1\n",
             "endpoints: [ { <<: { name: x }, target: 192.0.2.1 } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: 1e1, longitude: 0 } } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: .5, longitude: 0 } } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: +1.5, longitude: 0 } } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: \"1.5\", longitude: 0 } } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: 01.5, longitude: 0 } } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: 1., longitude: 0 } } ]\n",
+            "endpoints: [ { name: a, coordinates: { latitude: .inf, longitude: 0 } } ]\n",
         ];
         for extra in extras {
             let text = format!("{base}{extra}");

@@ -157,7 +157,7 @@ pub fn build_bytes(
 }
 
 /// Position of a network in the IPv6 tree (IPv4 sits under `::/96`).
-fn tree_len(net: &IpNet) -> u8 {
+pub(super) fn tree_len(net: &IpNet) -> u8 {
     match net {
         IpNet::V4(n) => 96 + n.prefix_len(),
         IpNet::V6(n) => n.prefix_len(),
@@ -165,7 +165,7 @@ fn tree_len(net: &IpNet) -> u8 {
 }
 
 /// `SOURCE_DATE_EPOCH` when set (reproducible builds), else now.
-fn build_time() -> SystemTime {
+pub(super) fn build_time() -> SystemTime {
     std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -194,7 +194,7 @@ fn record(r: &Row) -> Value {
 
 /// Writes to a temporary file beside `path` and renames it over `path`, so a reader that
 /// has the old file mapped keeps a consistent copy.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("geo.mmdb");
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     let result = std::fs::File::create(&tmp)
@@ -272,36 +272,13 @@ impl Ctx<'_> {
     }
 
     fn network(&mut self, line: usize, c: &Cell<'_>) -> Option<IpNet> {
-        let Ok(net) = c.text.parse::<IpNet>() else {
-            let hint = if c.text.parse::<IpAddr>().is_ok() {
-                " (write a CIDR: add /32 or /128)"
-            } else {
-                ""
-            };
-            self.err(line, c.col, format!("{:?} is not a network (CIDR){hint}", c.text));
-            return None;
+        let net = match network(c.text) {
+            Ok(net) => net,
+            Err(message) => {
+                self.err(line, c.col, message);
+                return None;
+            }
         };
-        if net.trunc() != net {
-            self.err(
-                line,
-                c.col,
-                format!("host bits set in {net} (the network is {})", net.trunc()),
-            );
-            return None;
-        }
-        if let IpNet::V6(_) = net
-            && let Some(r) =
-                RESERVED_V6.iter().find(|r| r.parse::<IpNet>().is_ok_and(|r| r.contains(&net)))
-        {
-            self.err(
-                line,
-                c.col,
-                format!(
-                    "{net} is inside {r}, which holds IPv4 data; write the IPv4 network instead"
-                ),
-            );
-            return None;
-        }
         if let Some(first) = self.seen.insert(net, line) {
             self.seen.insert(net, first);
             self.err(line, c.col, format!("network {net} is already on line {first}"));
@@ -385,6 +362,28 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// A network cell: a CIDR with its host bits clear, outside the IPv6 space that aliases
+/// IPv4 in this layout.
+pub(super) fn network(text: &str) -> Result<IpNet, String> {
+    let Ok(net) = text.parse::<IpNet>() else {
+        let hint =
+            if text.parse::<IpAddr>().is_ok() { " (write a CIDR: add /32 or /128)" } else { "" };
+        return Err(format!("{text:?} is not a network (CIDR){hint}"));
+    };
+    if net.trunc() != net {
+        return Err(format!("host bits set in {net} (the network is {})", net.trunc()));
+    }
+    if let IpNet::V6(_) = net
+        && let Some(r) =
+            RESERVED_V6.iter().find(|r| r.parse::<IpNet>().is_ok_and(|r| r.contains(&net)))
+    {
+        return Err(format!(
+            "{net} is inside {r}, which holds IPv4 data; write the IPv4 network instead"
+        ));
+    }
+    Ok(net)
 }
 
 /// Splits a CSV line on commas (no field here can contain one), trimming blanks and one

@@ -7,7 +7,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::world::World;
-use super::{Chain, Location, Place, PlaceId};
+use super::{AsnHit, Chain, Location, Place, PlaceId};
 
 /// A client's place and how many address bits decided it.
 #[derive(Clone, Copy, Debug)]
@@ -33,13 +33,21 @@ pub struct Client {
     pub prefix: u8,
     located: OnceCell<Located>,
     place: OnceCell<PlaceHit>,
+    asn: OnceCell<AsnHit>,
     /// The location was given (`at`), not looked up: per-database tables do not apply.
     given: bool,
 }
 
 impl Client {
     pub fn new(addr: IpAddr, prefix: u8) -> Client {
-        Client { addr, prefix, located: OnceCell::new(), place: OnceCell::new(), given: false }
+        Client {
+            addr,
+            prefix,
+            located: OnceCell::new(),
+            place: OnceCell::new(),
+            asn: OnceCell::new(),
+            given: false,
+        }
     }
 
     /// A full-length client address (no ECS).
@@ -80,6 +88,13 @@ impl Client {
     /// client's location was given instead.
     pub fn looked_up_addr(&self) -> Option<IpAddr> {
         (!self.given).then_some(self.addr)
+    }
+
+    /// The client's ASN (ASN database, looked up on first use) and the prefix length of
+    /// the network that decided it, which may be longer than the client's own prefix, as
+    /// with `located`.
+    pub fn asn(&self, world: &World) -> AsnHit {
+        *self.asn.get_or_init(|| world.asn_of(self.addr))
     }
 
     fn place_hit(&self, world: &World) -> PlaceHit {

@@ -127,7 +127,7 @@ struct Opened {
 /// What identifies an unchanged file: its path and content. By content, since a file
 /// rewritten in place within one tick of the file system clock keeps its mtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct FileKey {
+pub(super) struct FileKey {
     path: PathBuf,
     len: usize,
     hash: u64,
@@ -218,12 +218,7 @@ impl GeoDb {
     /// own copy; one caught halfway through being written is an error (see the module).
     pub fn open_limited(path: &Path, limit: Limit) -> Result<GeoDb, GeoError> {
         let err = |source| GeoError::Open { path: path.to_path_buf(), source };
-        let file_err = |source| GeoError::File { path: path.to_path_buf(), source };
-        let (file, meta) = crate::diag::open_regular(path).map_err(file_err)?;
-        if meta.len() > limit.bytes {
-            return Err(file_err(FileError::TooLarge { size: meta.len(), limit }));
-        }
-        let bytes = read_unchanged(path, file, &meta, limit)?;
+        let bytes = read_database(path, limit)?;
         let key = file_key(path, &bytes);
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|(_, w)| w.strong_count() > 0);
@@ -322,6 +317,17 @@ fn decode(result: &LookupResult<'_, Vec<u8>>) -> Option<Location> {
     }
 }
 
+/// Reads the database file at `path` whole (at most `limit` bytes), or fails when it is
+/// not a regular file, too large, or written to while it was read.
+pub(super) fn read_database(path: &Path, limit: Limit) -> Result<Vec<u8>, GeoError> {
+    let file_err = |source| GeoError::File { path: path.to_path_buf(), source };
+    let (file, meta) = crate::diag::open_regular(path).map_err(file_err)?;
+    if meta.len() > limit.bytes {
+        return Err(file_err(FileError::TooLarge { size: meta.len(), limit }));
+    }
+    read_unchanged(path, file, &meta, limit)
+}
+
 /// Reads the whole of `file`, whose metadata before reading is `before`: an error when
 /// it is over `limit` or was written meanwhile (its size or mtime moved, or the bytes read
 /// are not its size).
@@ -351,7 +357,7 @@ fn read_unchanged(
 
 /// The key of the file read from `path` as `bytes` (a fast hash: hashing is a small part
 /// of reading and decoding a database).
-fn file_key(path: &Path, bytes: &[u8]) -> FileKey {
+pub(super) fn file_key(path: &Path, bytes: &[u8]) -> FileKey {
     use std::hash::BuildHasher;
     let hash = foldhash::quality::FixedState::with_seed(0).hash_one(bytes);
     FileKey { path: path.to_path_buf(), len: bytes.len(), hash }
@@ -360,7 +366,7 @@ fn file_key(path: &Path, bytes: &[u8]) -> FileKey {
 /// The matched network's length in `ip`'s family. maxminddb already converts IPv4 lookups in
 /// IPv6 trees to IPv4 networks; an IPv6 network for an IPv4 lookup matched above the `::/96`
 /// IPv4 subtree (it covers all of IPv4), so no IPv4 bit was looked at: 0.
-fn family_prefix(ip: IpAddr, network: Result<(bool, u8), MaxMindDbError>) -> u8 {
+pub(super) fn family_prefix(ip: IpAddr, network: Result<(bool, u8), MaxMindDbError>) -> u8 {
     match network {
         Ok((v4, p)) if v4 == ip.is_ipv4() => p,
         _ => 0,

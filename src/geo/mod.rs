@@ -6,12 +6,15 @@
 //! memory-mapped MaxMind database answering "which network, continent, country,
 //! subdivision, coordinates"), `latency` (the operator's latency table: longest-prefix CIDR
 //! rows, region-code rows and great-circle distances) and `build` (`steerdns geo build`:
-//! CSV → GeoIP2-City-layout MMDB). `world` bundles one configuration's data, and `client`
+//! CSV → GeoIP2-City-layout MMDB). `asn` is the ASN database (GeoLite2-ASN layout: which
+//! network operator an address belongs to) and `asn_build` its builder (`geo build --asn`). `world` bundles one configuration's data, and `client`
 //! is one query's client, located lazily against it. `rum` aggregates what real users'
 //! browsers measure into a table of measured latency per client network.
 //! Everything on the query path is allocation-free: codes are small inline values and the
 //! lookups are binary searches or hash probes.
 
+pub mod asn;
+pub mod asn_build;
 pub mod build;
 pub mod client;
 pub mod db;
@@ -23,6 +26,7 @@ pub mod world;
 
 use std::fmt;
 
+pub use asn::{AsnDb, AsnError, AsnHit, ByAsn};
 pub use build::{BuildError, BuildSummary, build};
 pub use client::{Client, Located};
 pub use db::{DbInfo, GeoDb, GeoError, Location};

@@ -6,13 +6,21 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::client::{Client, Located, PlaceHit};
-use super::{ByRegion, Chain, GeoDb, LatencyTable, Metric, PlaceId, Regions, RowFrom, RowMatch};
+use super::{
+    AsnDb, AsnHit, ByRegion, Chain, GeoDb, LatencyTable, Metric, PlaceId, Regions, RowFrom,
+    RowMatch,
+};
 use crate::netrange::RangeMap;
 
 /// The location data of one configuration.
 #[derive(Debug)]
 pub struct World {
     pub db: Option<GeoDb>,
+    /// `asn.database`: which network operator a client address belongs to.
+    pub asn: Option<AsnDb>,
+    /// `asn.database` is set, even if it could not be opened: profiles that need it are
+    /// not also told that it is missing.
+    pub asn_configured: bool,
     pub regions: Arc<Regions>,
     pub latency: Option<LatencyTable>,
     /// `topology.zones`: client networks → availability-zone index.
@@ -35,7 +43,27 @@ impl World {
         let chains = db.as_ref().map_or_else(Vec::new, |db| {
             db.places().all().map(|place| regions.place_chain(place)).collect()
         });
-        World { db, regions, latency, az_networks, az_names, chains }
+        World {
+            db,
+            asn: None,
+            asn_configured: false,
+            regions,
+            latency,
+            az_networks,
+            az_names,
+            chains,
+        }
+    }
+
+    /// The same world with `asn` as its ASN database.
+    pub fn with_asn(self, asn: Option<AsnDb>) -> World {
+        World { asn_configured: asn.is_some(), asn, ..self }
+    }
+
+    /// Looks `addr` up in the ASN database: its ASN, if any, and the prefix length of the
+    /// database network that decided it (0 without a database).
+    pub fn asn_of(&self, addr: IpAddr) -> AsnHit {
+        self.asn.as_ref().map_or_else(AsnHit::default, |db| db.lookup(addr))
     }
 
     /// Per place id: 1 + the endpoint the first matching code of its chain maps to, or 0.

@@ -25,6 +25,10 @@ pub enum Kind {
     Weight,
     /// A run-time weight was cleared (`from`, `to`: the weights).
     WeightCleared,
+    /// A bias was set at run time (`from`, `to`: the biases).
+    Bias,
+    /// A run-time bias was cleared (`from`, `to`: the biases).
+    BiasCleared,
     /// A load could not apply an override (`reason`).
     OverrideDropped,
 }
@@ -37,6 +41,8 @@ impl Kind {
             Kind::Undrain => "undrain",
             Kind::Weight => "weight",
             Kind::WeightCleared => "weight_cleared",
+            Kind::Bias => "bias",
+            Kind::BiasCleared => "bias_cleared",
             Kind::OverrideDropped => "override_dropped",
         }
     }
@@ -48,6 +54,8 @@ impl Kind {
             Kind::Undrain,
             Kind::Weight,
             Kind::WeightCleared,
+            Kind::Bias,
+            Kind::BiasCleared,
             Kind::OverrideDropped,
         ];
         all.into_iter().find(|k| k.as_str() == text)
@@ -234,7 +242,16 @@ mod tests {
         assert_eq!((seqs(&list), next), (vec![3, 4, 5], 5));
         after.saved(5);
         assert!(!after.unsaved());
-        for k in ["status", "drain", "undrain", "weight", "weight_cleared", "override_dropped"] {
+        for k in [
+            "status",
+            "drain",
+            "undrain",
+            "weight",
+            "weight_cleared",
+            "bias",
+            "bias_cleared",
+            "override_dropped",
+        ] {
             assert_eq!(Kind::parse(k).map(Kind::as_str), Some(k));
         }
         assert_eq!(Kind::parse("drained"), None);

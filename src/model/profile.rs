@@ -31,10 +31,14 @@ pub enum Method {
     Groups,
     /// Same availability zone first (`routing: zone`).
     SameAz,
+    /// By the client's network operator (`routing: asn`).
+    Asn,
+    /// The nearest endpoint by biased great-circle distance.
+    Geoproximity,
 }
 
 impl Method {
-    pub const ALL: [Method; 8] = [
+    pub const ALL: [Method; 10] = [
         Method::Priority,
         Method::Weighted,
         Method::Performance,
@@ -43,6 +47,8 @@ impl Method {
         Method::Subnet,
         Method::Groups,
         Method::SameAz,
+        Method::Asn,
+        Method::Geoproximity,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +61,8 @@ impl Method {
             Method::Subnet => "subnet",
             Method::Groups => "groups",
             Method::SameAz => "zone",
+            Method::Asn => "asn",
+            Method::Geoproximity => "geoproximity",
         }
     }
 
@@ -98,6 +106,9 @@ pub enum Rules {
         /// `by_region` compiled against the geo database, when the answer depends on the
         /// place alone (not with `fallback`); set for every load.
         compiled: Compiled,
+        /// `AS64496` codes: client ASN → endpoint index, enabled endpoints only; a match
+        /// here beats every region code.
+        by_asn: crate::geo::ByAsn,
     },
     Subnet {
         /// Ranges of enabled endpoints → endpoint index.
@@ -120,6 +131,29 @@ pub enum Rules {
         /// preferred.
         safety_threshold: u8,
     },
+    Asn {
+        /// Each endpoint's `asns`, sorted; empty for a fallback endpoint.
+        asns: Vec<Vec<u32>>,
+    },
+    Geoproximity {
+        /// Coordinates of each endpoint.
+        sites: Vec<Coordinates>,
+    },
+}
+
+/// A point on the Earth in degrees, as an endpoint's `coordinates` (or its latency-table
+/// region's) give it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coordinates {
+    pub latitude: f64,
+    pub longitude: f64,
+}
+
+// By bits: a moved endpoint changes the zone fingerprint like a changed address does.
+impl Hash for Coordinates {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        (self.latitude.to_bits(), self.longitude.to_bits()).hash(h);
+    }
 }
 
 /// A Global Accelerator style endpoint group: a slice of the profile's endpoints.
@@ -262,6 +296,13 @@ pub struct Endpoint {
     pub drained: bool,
     /// The weight set at run time, if any.
     pub weight_override: Option<u32>,
+    /// `routing: geoproximity`: grows (+) or shrinks (−) the area the endpoint serves,
+    /// -99..=99; the run-time override when there is one.
+    pub bias: i8,
+    /// `bias` as the configuration says.
+    pub configured_bias: i8,
+    /// The bias set at run time, if any.
+    pub bias_override: Option<i8>,
     /// Slot in the health table; `None` for nested endpoints, whose status comes from their
     /// child profile.
     pub health_slot: Option<usize>,
@@ -325,6 +366,7 @@ impl Profile {
         for e in &p.endpoints {
             (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
                 .hash(&mut h);
+            e.bias.hash(&mut h);
         }
         h.finish()
     }

@@ -1,15 +1,64 @@
 //! `routing: geographic` — the client's location is matched from the most specific region
 //! code up (subdivision → country → grouping → WORLD); the first endpoint mapped to a
-//! matching code answers. A Stopped match, or no match, answers NODATA.
+//! matching code answers. A Stopped match, or no match, answers NODATA. `AS64496` codes
+//! match the client's ASN (ASN database) and beat every region code.
 
-use crate::geo::{ByRegion, Classes};
+use crate::geo::{ByAsn, ByRegion, Classes};
 use crate::model::health::{HealthView, Status};
 use crate::model::{Compiled, Endpoint, Profile, Want};
 
 use super::status::endpoint_status;
 use super::{Ctx, Pick, Query};
 
+/// A geographic profile's mapping: region codes (and their compiled form) and ASNs.
+#[derive(Clone, Copy)]
+pub struct Mapping<'r> {
+    pub by_region: &'r ByRegion,
+    pub compiled: &'r Compiled,
+    pub by_asn: &'r ByAsn,
+}
+
 pub fn pick<'a, H: HealthView + ?Sized>(
+    ctx: Ctx<'a, H>,
+    profile: &'a Profile,
+    m: Mapping<'_>,
+    fallback_on_degraded: bool,
+    q: Query<'_>,
+) -> Pick<'a> {
+    if m.by_asn.is_empty() {
+        return by_place(ctx, profile, m.by_region, m.compiled, fallback_on_degraded, q);
+    }
+    // An ASN match beats every region code. The answer holds for the ASN network around
+    // the client when the ASN decided; else it depends on both, so on the narrower block.
+    let hit = q.client.asn(ctx.world);
+    ctx.note(|| super::asn::describe(ctx, q));
+    if let Some((asn, i)) = hit.asn.and_then(|a| Some((a, m.by_asn.get(a)?))) {
+        let ep = &profile.endpoints[i];
+        if !ep.enabled {
+            ctx.note(|| format!("AS{asn} maps to endpoint {}, which is drained", ep.name));
+        } else {
+            let status = endpoint_status(ctx, ep);
+            ctx.note(|| format!("AS{asn} matches endpoint {} ({status})", ep.name));
+            if nodata(ctx, ep, status, q.want) {
+                return Pick::NoData { scope: hit.prefix };
+            }
+            if !fallback_on_degraded || status.is_serving() {
+                return Pick::One { index: i, scope: hit.prefix };
+            }
+            ctx.note(|| "degraded_match: fallback — continuing with the region codes".into());
+        }
+    } else if let Some(asn) = hit.asn {
+        ctx.note(|| format!("AS{asn} is not mapped"));
+    }
+    match by_place(ctx, profile, m.by_region, m.compiled, fallback_on_degraded, q) {
+        Pick::One { index, scope } => Pick::One { index, scope: scope.max(hit.prefix) },
+        Pick::NoData { scope } => Pick::NoData { scope: scope.max(hit.prefix) },
+        many => many,
+    }
+}
+
+/// The match by region code alone.
+fn by_place<'a, H: HealthView + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
     by_region: &ByRegion,
@@ -116,6 +165,7 @@ mod tests {
             by_region,
             fallback_on_degraded: fallback,
             compiled: Default::default(),
+            by_asn: Default::default(),
         };
         w.finish()
     }
@@ -199,6 +249,7 @@ mod tests {
             by_region,
             fallback_on_degraded: false,
             compiled: Default::default(),
+            by_asn: Default::default(),
         };
         let w = w.finish();
         let fr = client_in("198.51.100.7", "FR", "", None, 24);

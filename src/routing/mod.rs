@@ -5,8 +5,10 @@
 //! Randomness comes in as an `Rng` so tests can seed it. One file per routing method; each
 //! returns a `Pick`, and this module resolves nested endpoints and assembles the `Decision`.
 
+mod asn;
 pub mod dial;
 mod geographic;
+mod geoproximity;
 mod groups;
 mod multivalue;
 mod name;
@@ -158,8 +160,9 @@ where
     }
     let pick = match &profile.rules {
         Rules::Plain => plain(ctx, profile, q, rng),
-        Rules::Geographic { by_region, fallback_on_degraded, compiled } => {
-            geographic::pick(ctx, profile, by_region, compiled, *fallback_on_degraded, q)
+        Rules::Geographic { by_region, fallback_on_degraded, compiled, by_asn } => {
+            let rules = geographic::Mapping { by_region, compiled, by_asn };
+            geographic::pick(ctx, profile, rules, *fallback_on_degraded, q)
         }
         Rules::Subnet { ranges, fallback, fallback_on_degraded } => {
             subnet::pick(ctx, profile, ranges, *fallback, *fallback_on_degraded, q)
@@ -169,6 +172,8 @@ where
         Rules::SameAz { az, safety_threshold } => {
             same_az::pick(ctx, profile, az, *safety_threshold, q, rng)
         }
+        Rules::Asn { asns } => asn::pick(ctx, profile, asns, q),
+        Rules::Geoproximity { sites } => geoproximity::pick(ctx, profile, sites, q),
     };
     match pick {
         Pick::One { index, scope } => resolve(ctx, &profile.endpoints[index], q, scope, rng),
@@ -191,6 +196,12 @@ fn note_overrides<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, profile: &Profile) {
             let was = ep.configured_weight;
             ctx.note(|| {
                 format!("endpoint {} has weight {w} set at run time (configured {was})", ep.name)
+            });
+        }
+        if let Some(b) = ep.bias_override {
+            let was = ep.configured_bias;
+            ctx.note(|| {
+                format!("endpoint {} has bias {b} set at run time (configured {was})", ep.name)
             });
         }
     }

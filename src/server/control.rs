@@ -380,11 +380,18 @@ impl Control {
             endpoint: endpoint.to_string(),
             drained: after.drained,
             weight_override: after.weight,
+            bias_override: after.bias,
         };
         if after == before {
             return Ok(done);
         }
-        let weights = (ep.weight, after.weight.unwrap_or(ep.configured_weight));
+        let weights = change.values(
+            (ep.weight, ep.bias),
+            (
+                after.weight.unwrap_or(ep.configured_weight),
+                after.bias.unwrap_or(ep.configured_bias),
+            ),
+        );
         let mut next = state.cache.overrides.clone();
         next.set(&p.name, endpoint, after);
         if let Some(path) = &state.cache.state_file {
@@ -463,17 +470,27 @@ impl Control {
             else {
                 continue;
             };
-            let before = config::Override { drained: old.drained, weight: old.weight_override };
-            let after = config::Override { drained: new.drained, weight: new.weight_override };
+            let before = config::Override {
+                drained: old.drained,
+                weight: old.weight_override,
+                bias: old.bias_override,
+            };
+            let after = config::Override {
+                drained: new.drained,
+                weight: new.weight_override,
+                bias: new.bias_override,
+            };
             let by = authors.get(&(p.clone(), e.clone())).map_or(UNKNOWN_AUTHOR, String::as_str);
             let done = OverrideState {
                 profile: p.clone(),
                 endpoint: e.clone(),
                 drained: after.drained,
                 weight_override: after.weight,
+                bias_override: after.bias,
             };
             for change in Change::between(before, after) {
-                changes.push((change, done.clone(), (old.weight, new.weight), by.to_string()));
+                let values = change.values((old.weight, old.bias), (new.weight, new.bias));
+                changes.push((change, done.clone(), values, by.to_string()));
             }
         }
         let generation = snapshot.generation;

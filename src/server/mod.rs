@@ -490,6 +490,10 @@ fn log_startup(snap: &Snapshot) {
     if let Some(db) = &snap.world.db {
         tracing::info!(path = %db.path().display(), info = %db.metadata(), "geo database");
     }
+    if let Some(db) = &snap.world.asn {
+        let (path, kind, records) = (db.path().display(), db.database_type(), db.record_count());
+        tracing::info!(path = %path, database_type = kind, records, "ASN database");
+    }
 }
 
 struct Signals {

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::overrides::check_weight;
+use crate::config::overrides::{check_bias, check_weight};
 use crate::config::{Dropped, Override};
 use crate::model::events::{Event, Kind};
 use crate::model::{Endpoint, Profile, Snapshot};
@@ -18,6 +18,9 @@ pub enum Change {
     Undrain,
     Weight(u32),
     ClearWeight,
+    /// `routing: geoproximity`: the endpoint's bias.
+    Bias(i8),
+    ClearBias,
 }
 
 impl Change {
@@ -28,11 +31,13 @@ impl Change {
             Change::Undrain => Override { drained: false, ..o },
             Change::Weight(w) => Override { weight: Some(w), ..o },
             Change::ClearWeight => Override { weight: None, ..o },
+            Change::Bias(b) => Override { bias: Some(b), ..o },
+            Change::ClearBias => Override { bias: None, ..o },
         }
     }
 
-    /// The changes that turn `before` into `after`: at most one for the drain and one for
-    /// the weight (a hand edit in etcd can change both at once).
+    /// The changes that turn `before` into `after`: at most one for the drain, one for
+    /// the weight and one for the bias (a hand edit in etcd can change all at once).
     pub fn between(before: Override, after: Override) -> Vec<Change> {
         let mut out = Vec::new();
         if before.drained != after.drained {
@@ -40,6 +45,9 @@ impl Change {
         }
         if before.weight != after.weight {
             out.push(after.weight.map_or(Change::ClearWeight, Change::Weight));
+        }
+        if before.bias != after.bias {
+            out.push(after.bias.map_or(Change::ClearBias, Change::Bias));
         }
         out
     }
@@ -50,6 +58,19 @@ impl Change {
             Change::Undrain => Kind::Undrain,
             Change::Weight(_) => Kind::Weight,
             Change::ClearWeight => Kind::WeightCleared,
+            Change::Bias(_) => Kind::Bias,
+            Change::ClearBias => Kind::BiasCleared,
+        }
+    }
+
+    /// What the change moves, before and after, as events and log lines show it: the
+    /// effective weights or biases, from an endpoint's (weight, bias) before and after;
+    /// `None` for a drain or an undrain.
+    pub fn values(self, before: (u32, i8), after: (u32, i8)) -> Option<(i64, i64)> {
+        match self {
+            Change::Weight(_) | Change::ClearWeight => Some((before.0.into(), after.0.into())),
+            Change::Bias(_) | Change::ClearBias => Some((before.1.into(), after.1.into())),
+            Change::Drain | Change::Undrain => None,
         }
     }
 }
@@ -63,6 +84,8 @@ pub enum OverrideError {
     NoEndpoint { profile: String, endpoint: String },
     #[error("{0}")]
     Weight(String),
+    #[error("{0}")]
+    Bias(String),
     #[error("cannot write the state file {}: {source}; nothing was changed", path.display())]
     Save { path: PathBuf, source: std::io::Error },
     #[error(
@@ -77,7 +100,7 @@ pub enum OverrideError {
 }
 
 /// The profile and endpoint `change` is about in `snapshot`, once it is known to apply
-/// there: both exist, and a weight is one the profile's routing method takes.
+/// there: both exist, and a weight or bias is one the profile's routing method takes.
 pub fn check<'a>(
     snapshot: &'a Snapshot,
     profile: &WireName,
@@ -94,6 +117,9 @@ pub fn check<'a>(
     if let Change::Weight(w) = change {
         check_weight(p.method, w).map_err(OverrideError::Weight)?;
     }
+    if let Change::Bias(b) = change {
+        check_bias(p.method, b).map_err(OverrideError::Bias)?;
+    }
     Ok((p, ep))
 }
 
@@ -105,29 +131,29 @@ pub struct OverrideState {
     pub endpoint: String,
     pub drained: bool,
     pub weight_override: Option<u32>,
+    pub bias_override: Option<i8>,
 }
 
-/// The event of a change made by `by`; `weights` are the effective weights before and
-/// after (weight changes show them).
-pub fn event(change: Change, state: &OverrideState, weights: (u32, u32), by: &str) -> Event {
+/// The event of a change made by `by`; `values` are what it moved, before and after
+/// (`Change::values`: weight and bias changes show them).
+pub fn event(change: Change, state: &OverrideState, values: Option<(i64, i64)>, by: &str) -> Event {
     let e = Event::new(change.kind(), &state.profile, &state.endpoint).by(by);
-    match change {
-        Change::Weight(_) | Change::ClearWeight => e.change(weights.0, weights.1),
-        Change::Drain | Change::Undrain => e,
+    match values {
+        Some((from, to)) => e.change(from, to),
+        None => e,
     }
 }
 
-/// The log line of a change: who changed what (and, for weights, from what to what).
-pub fn log(change: Change, state: &OverrideState, weights: (u32, u32), by: &str) {
+/// The log line of a change: who changed what (and, for weights and biases, from what to
+/// what).
+pub fn log(change: Change, state: &OverrideState, values: Option<(i64, i64)>, by: &str) {
     let (profile, endpoint, action) = (&state.profile, &state.endpoint, change.kind().as_str());
-    match change {
-        Change::Weight(_) | Change::ClearWeight => tracing::info!(
-            %profile, %endpoint, action, from = weights.0, to = weights.1, by,
+    match values {
+        Some((from, to)) => tracing::info!(
+            %profile, %endpoint, action, from, to, by,
             "endpoint override changed"
         ),
-        Change::Drain | Change::Undrain => {
-            tracing::info!(%profile, %endpoint, action, by, "endpoint override changed")
-        }
+        None => tracing::info!(%profile, %endpoint, action, by, "endpoint override changed"),
     }
 }
 
@@ -138,11 +164,12 @@ pub fn dropped_event(d: &Dropped) -> Event {
 
 /// What was dropped and why, in words.
 pub fn dropped_reason(d: &Dropped) -> String {
-    let what = match (d.dropped.drained, d.dropped.weight) {
-        (true, Some(w)) => format!("drain and weight {w}"),
-        (true, None) => "drain".to_string(),
-        (false, Some(w)) => format!("weight {w}"),
-        (false, None) => "override".to_string(),
+    let what = match (d.dropped.drained, d.dropped.weight, d.dropped.bias) {
+        (true, Some(w), _) => format!("drain and weight {w}"),
+        (true, None, _) => "drain".to_string(),
+        (false, Some(w), _) => format!("weight {w}"),
+        (false, None, Some(b)) => format!("bias {b}"),
+        (false, None, None) => "override".to_string(),
     };
     format!("{what} dropped: {}", d.reason)
 }
@@ -154,13 +181,16 @@ mod tests {
     #[test]
     fn changes_touch_only_their_part() {
         let none = Override::default();
-        let both = Override { drained: true, weight: Some(3) };
+        let o = |drained, weight| Override { drained, weight, bias: None };
+        let both = o(true, Some(3));
         let cases = [
-            (Change::Drain, none, Override { drained: true, weight: None }),
+            (Change::Drain, none, o(true, None)),
             (Change::Drain, both, both),
-            (Change::Undrain, both, Override { drained: false, weight: Some(3) }),
-            (Change::Weight(7), both, Override { drained: true, weight: Some(7) }),
-            (Change::ClearWeight, both, Override { drained: true, weight: None }),
+            (Change::Undrain, both, o(false, Some(3))),
+            (Change::Weight(7), both, o(true, Some(7))),
+            (Change::ClearWeight, both, o(true, None)),
+            (Change::Bias(-20), both, Override { bias: Some(-20), ..both }),
+            (Change::ClearBias, Override { bias: Some(5), ..both }, both),
             (Change::ClearWeight, none, none),
         ];
         for (change, before, after) in cases {
@@ -170,13 +200,15 @@ mod tests {
 
     #[test]
     fn changes_between_two_overrides() {
-        let o = |drained, weight| Override { drained, weight };
+        let o = |drained, weight| Override { drained, weight, bias: None };
         let cases = [
             (o(false, None), o(false, None), vec![]),
             (o(false, None), o(true, None), vec![Change::Drain]),
             (o(true, Some(2)), o(false, Some(2)), vec![Change::Undrain]),
             (o(false, Some(2)), o(false, Some(5)), vec![Change::Weight(5)]),
             (o(true, Some(2)), o(false, None), vec![Change::Undrain, Change::ClearWeight]),
+            (o(false, None), Override { bias: Some(9), ..o(false, None) }, vec![Change::Bias(9)]),
+            (Override { bias: Some(9), ..o(true, None) }, o(true, None), vec![Change::ClearBias]),
         ];
         for (before, after, want) in cases {
             assert_eq!(Change::between(before, after), want, "{before:?} -> {after:?}");
@@ -190,18 +222,25 @@ mod tests {
             endpoint: "a".into(),
             drained: true,
             weight_override: Some(5),
+            bias_override: None,
         };
-        let e = event(Change::Drain, &state, (1, 1), "alice");
+        let e = event(Change::Drain, &state, None, "alice");
         assert_eq!(
             (e.kind, e.by.as_deref(), e.from.as_deref()),
             (Kind::Drain, Some("alice"), None)
         );
-        let e = event(Change::Weight(5), &state, (1, 5), "bob");
+        let values = Change::Weight(5).values((1, 0), (5, 0));
+        let e = event(Change::Weight(5), &state, values, "bob");
         assert_eq!((e.from.as_deref(), e.to.as_deref()), (Some("1"), Some("5")));
+        let values = Change::Bias(-20).values((5, 10), (5, -20));
+        let e = event(Change::Bias(-20), &state, values, "bob");
+        assert_eq!(e.kind, Kind::Bias);
+        assert_eq!((e.from.as_deref(), e.to.as_deref()), (Some("10"), Some("-20")));
+        assert_eq!(Change::Drain.values((1, 2), (1, 2)), None);
         let d = Dropped {
             profile: "www.tm.example.test.".into(),
             endpoint: "a".into(),
-            dropped: Override { drained: true, weight: None },
+            dropped: Override { drained: true, ..Override::default() },
             reason: "the endpoint is no longer in the profile".into(),
         };
         let e = dropped_event(&d);

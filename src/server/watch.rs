@@ -1,5 +1,5 @@
-//! Hot reload on file changes: the profiles directory, `steerdns.yaml` and the DNSSEC key
-//! directories are watched (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
+//! Hot reload on file changes: the profiles directory, `steerdns.yaml`, the DNSSEC key
+//! directories and the ASN database are watched (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
 //! is debounced into one reload, at most `MAX_DELAY` after the burst's first event.
 
 use std::path::{Path, PathBuf};
@@ -30,11 +30,13 @@ pub fn spawn(
         config: absolute(&control.config_path),
         profiles: control.profiles_dir().map(|d| absolute(&d)),
         key_dirs: control.key_dirs().iter().map(|d| absolute(d)).collect(),
+        databases: control.snapshot().world.asn.iter().map(|db| absolute_file(db.path())).collect(),
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let config = watched.config.clone();
     let profiles = watched.profiles.clone();
     let key_dirs = watched.key_dirs.clone();
+    let databases = watched.databases.clone();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<Event>| {
         if let Ok(ev) = res
             && watched.relevant(&ev)
@@ -57,6 +59,18 @@ pub fn spawn(
             tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the key directory; reload with SIGHUP or the API after key changes");
         }
     }
+    let mut watched_dirs: Vec<&Path> = key_dirs.iter().map(PathBuf::as_path).collect();
+    watched_dirs.extend(parent);
+    watched_dirs.extend(profiles.as_deref());
+    for dir in databases.iter().filter_map(|f| f.parent()) {
+        if watched_dirs.contains(&dir) {
+            continue;
+        }
+        watched_dirs.push(dir);
+        if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the ASN database's directory; reload with SIGHUP or the API after changing it");
+        }
+    }
     tokio::spawn(debounce_loop(rx, Reloader::new(control), cancel));
     Ok(watcher)
 }
@@ -65,17 +79,30 @@ fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// A file's path through its canonical directory, not its own target: the events of a
+/// file renamed over it name this path.
+fn absolute_file(p: &Path) -> PathBuf {
+    match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => {
+            absolute(if dir.as_os_str().is_empty() { Path::new(".") } else { dir }).join(name)
+        }
+        _ => absolute(p),
+    }
+}
+
 /// What a change must touch to cause a reload (absolute paths).
 struct Watched {
     config: PathBuf,
     /// `None` when the profiles come from etcd.
     profiles: Option<PathBuf>,
     key_dirs: Vec<PathBuf>,
+    /// Database files a change of which reloads (the ASN database).
+    databases: Vec<PathBuf>,
 }
 
 impl Watched {
-    /// A change to the config file, to a YAML file in the profiles directory, or to a key
-    /// file in a key directory.
+    /// A change to the config file, to a YAML file in the profiles directory, to a key
+    /// file in a key directory, or to the ASN database.
     fn relevant(&self, ev: &Event) -> bool {
         if matches!(ev.kind, EventKind::Access(_)) {
             return false;
@@ -87,6 +114,7 @@ impl Watched {
             let key = (name.ends_with(".key") || name.ends_with(".private")) && !hidden;
             let in_key_dir = p.parent().is_some_and(|d| self.key_dirs.iter().any(|k| k == d));
             *p == self.config
+                || self.databases.contains(p)
                 || (p.parent().is_some_and(|d| self.profiles.as_deref() == Some(d)) && yaml)
                 || (in_key_dir && key)
         })

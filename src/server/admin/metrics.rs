@@ -218,11 +218,14 @@ fn endpoint_status_gauges(snap: &Snapshot) -> Vec<Gauge> {
         .collect()
 }
 
-/// One series per drained endpoint (value 1) and per run-time weight (its value).
+/// One series per drained endpoint (value 1) and per run-time weight or bias (its value).
 fn override_gauges(snap: &Snapshot) -> Vec<Gauge> {
     let mut out = Vec::new();
     for p in &snap.profiles {
-        for ep in p.endpoints.iter().filter(|e| e.drained || e.weight_override.is_some()) {
+        let overridden = |e: &&crate::model::Endpoint| {
+            e.drained || e.weight_override.is_some() || e.bias_override.is_some()
+        };
+        for ep in p.endpoints.iter().filter(overridden) {
             let labels = vec![("profile", p.name.clone()), ("endpoint", ep.name.clone())];
             if ep.drained {
                 out.push(Gauge {
@@ -236,8 +239,16 @@ fn override_gauges(snap: &Snapshot) -> Vec<Gauge> {
                 out.push(Gauge {
                     name: "steerdns_endpoint_weight_override",
                     help: "The weight set at run time, for each endpoint that has one",
-                    labels,
+                    labels: labels.clone(),
                     value: f64::from(w),
+                });
+            }
+            if let Some(b) = ep.bias_override {
+                out.push(Gauge {
+                    name: "steerdns_endpoint_bias_override",
+                    help: "The geoproximity bias set at run time, for each endpoint that has one",
+                    labels,
+                    value: f64::from(b),
                 });
             }
         }

@@ -85,6 +85,8 @@ pub const ROUTES: &[(&str, Method)] = &[
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/undrain", Method::POST),
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", Method::PUT),
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", Method::DELETE),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/bias", Method::PUT),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/bias", Method::DELETE),
     ("/api/v1/events", Method::GET),
     ("/api/v1/cluster", Method::GET),
     ("/api/v1/whoami", Method::GET),
@@ -119,6 +121,10 @@ fn handler(path: &str, method: &Method) -> MethodRouter<Shared> {
         }
         ("/api/v1/profiles/{name}/endpoints/{endpoint}/weight", "DELETE") => {
             delete(overrides::clear_weight)
+        }
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/bias", "PUT") => put(overrides::set_bias),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/bias", "DELETE") => {
+            delete(overrides::clear_bias)
         }
         ("/api/v1/events", "GET") => get(events::list),
         ("/api/v1/cluster", "GET") => get(cluster::show),
@@ -348,10 +354,19 @@ fn summary(snap: &Snapshot, id: usize, p: &Profile) -> Value {
         let n = counts.get(st).and_then(Value::as_u64).unwrap_or(0);
         counts.insert(st.to_string(), json!(n + 1));
     }
-    let overridden = p.endpoints.iter().filter(|e| e.drained || e.weight_override.is_some());
+    let overridden = p
+        .endpoints
+        .iter()
+        .filter(|e| e.drained || e.weight_override.is_some() || e.bias_override.is_some());
     let overrides: Vec<Value> = overridden
         .map(|e| {
-            json!({ "endpoint": e.name, "drained": e.drained, "weight_override": e.weight_override })
+            let (drained, weight) = (e.drained, e.weight_override);
+            let mut v =
+                json!({ "endpoint": e.name, "drained": drained, "weight_override": weight });
+            if let Some(b) = e.bias_override {
+                v["bias_override"] = json!(b);
+            }
+            v
         })
         .collect();
     let failover = failover::failover(ctx, p)
@@ -403,6 +418,12 @@ async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> R
                 "drained": ep.drained,
                 "weight_override": ep.weight_override,
             });
+            if p.method == crate::model::Method::Geoproximity {
+                let o = v.as_object_mut().expect("object");
+                o.insert("bias".into(), json!(ep.bias));
+                o.insert("configured_bias".into(), json!(ep.configured_bias));
+                o.insert("bias_override".into(), json!(ep.bias_override));
+            }
             if let Some(details) = details.remove(&ep.name) {
                 v.as_object_mut().expect("object").extend(details);
             }

@@ -1,5 +1,5 @@
 //! `POST .../endpoints/{endpoint}/drain` and `/undrain`, `PUT` and `DELETE
-//! .../endpoints/{endpoint}/weight`: run-time overrides of one endpoint, made by the
+//! .../endpoints/{endpoint}/weight` and `.../bias`: run-time overrides of one endpoint, made by the
 //! caller's token name (see `Control::change_override`; in a cluster,
 //! `cluster::overrides::change`).
 
@@ -80,6 +80,48 @@ pub async fn clear_weight(
     change(c, by, p, Change::ClearWeight).await
 }
 
+/// The body of `PUT .../bias`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BiasBody {
+    bias: serde_json::Number,
+}
+
+/// `n` as a bias, when it is a whole number from -99 to 99.
+fn bias(n: &serde_json::Number) -> Option<i8> {
+    let exact = n.as_i64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && (-99.0..=99.0).contains(f))
+            // Whole and in range: the cast is exact.
+            .map(|f| f as i64)
+    });
+    exact.filter(|v| (-99..=99).contains(v)).and_then(|v| i8::try_from(v).ok())
+}
+
+pub async fn set_bias(
+    State(c): State<Shared>,
+    Extension(by): Extension<Caller>,
+    p: Target,
+    body: Bytes,
+) -> Response {
+    let parsed = serde_json::from_slice::<BiasBody>(&body).map_err(|e| e.to_string());
+    match parsed.and_then(|b| bias(&b.bias).ok_or(format!("{} is not one", b.bias))) {
+        Ok(b) => change(c, by, p, Change::Bias(b)).await,
+        Err(e) => error(
+            StatusCode::BAD_REQUEST,
+            format!("the body must be {{\"bias\": N}} with N a whole number from -99 to 99: {e}"),
+        ),
+    }
+}
+
+pub async fn clear_bias(
+    State(c): State<Shared>,
+    Extension(by): Extension<Caller>,
+    p: Target,
+) -> Response {
+    change(c, by, p, Change::ClearBias).await
+}
+
 async fn change(
     c: Shared,
     by: Caller,
@@ -110,6 +152,7 @@ async fn change(
             "endpoint": s.endpoint,
             "drained": s.drained,
             "weight_override": s.weight_override,
+            "bias_override": s.bias_override,
         }))
         .into_response(),
         Ok(Err(e)) => {
@@ -117,7 +160,7 @@ async fn change(
                 OverrideError::NoProfile(_) | OverrideError::NoEndpoint { .. } => {
                     StatusCode::NOT_FOUND
                 }
-                OverrideError::Weight(_) => StatusCode::BAD_REQUEST,
+                OverrideError::Weight(_) | OverrideError::Bias(_) => StatusCode::BAD_REQUEST,
                 OverrideError::Save { .. } => StatusCode::INTERNAL_SERVER_ERROR,
                 OverrideError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
                 OverrideError::Contended => StatusCode::CONFLICT,

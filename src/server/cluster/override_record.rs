@@ -57,6 +57,9 @@ pub struct Record {
     pub drained: bool,
     #[serde(default)]
     pub weight: Option<u32>,
+    /// Left out when not set, so records without one read as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bias: Option<i8>,
     #[serde(default)]
     pub by: String,
     /// RFC 3339, UTC.
@@ -67,11 +70,11 @@ pub struct Record {
 impl Record {
     pub fn new(o: Override, by: &str, at: SystemTime) -> Record {
         let at = humantime::format_rfc3339_seconds(at).to_string();
-        Record { drained: o.drained, weight: o.weight, by: by.to_string(), at }
+        Record { drained: o.drained, weight: o.weight, bias: o.bias, by: by.to_string(), at }
     }
 
     pub fn overrides(&self) -> Override {
-        Override { drained: self.drained, weight: self.weight }
+        Override { drained: self.drained, weight: self.weight, bias: self.bias }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -174,11 +177,14 @@ mod tests {
     #[test]
     fn records_read_what_they_write_and_default_missing_fields() {
         let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
-        let r = Record::new(Override { drained: true, weight: Some(3) }, "alice", at);
+        let r = Record::new(Override { drained: true, weight: Some(3), bias: None }, "alice", at);
         assert_eq!(r.at, "2027-01-15T08:00:00Z");
+        assert!(!String::from_utf8(r.encode()).unwrap().contains("bias"), "unset: left out");
         assert_eq!(Record::decode(&r.encode()), Ok(r));
         let bare = Record::decode(br#"{"weight": 5}"#).unwrap();
-        assert_eq!(bare.overrides(), Override { drained: false, weight: Some(5) });
+        assert_eq!(bare.overrides(), Override { drained: false, weight: Some(5), bias: None });
+        let biased = Record::new(Override { bias: Some(-20), ..Override::default() }, "bob", at);
+        assert_eq!(Record::decode(&biased.encode()).unwrap().overrides().bias, Some(-20));
         assert!(
             Record::decode(b"drained").unwrap_err().starts_with("the value is not an override")
         );
@@ -187,13 +193,16 @@ mod tests {
     #[test]
     fn a_view_follows_puts_and_deletes() {
         let mut v = View::new(P);
-        let drained =
-            Record::new(Override { drained: true, weight: None }, "alice", SystemTime::now());
+        let drained = Record::new(
+            Override { drained: true, ..Override::default() },
+            "alice",
+            SystemTime::now(),
+        );
         let k = key(P, "w.t.", "a");
         v.put(&k, &drained.encode()).unwrap();
         v.put(&key(P, "w.t.", "b"), &Record::default().encode()).unwrap();
         let mut want = Overrides::default();
-        want.set("w.t.", "a", Override { drained: true, weight: None });
+        want.set("w.t.", "a", Override { drained: true, ..Override::default() });
         assert_eq!(v.overrides(), want, "an empty record is no override");
         assert_eq!(v.authors()[&("w.t.".to_string(), "a".to_string())], "alice");
         // A bad value takes the key out.

@@ -63,6 +63,7 @@ pub async fn change(
             endpoint: endpoint.to_string(),
             drained: after.drained,
             weight_override: after.weight,
+            bias_override: after.bias,
         };
         if after == before.overrides() {
             return Ok(done);

@@ -23,6 +23,8 @@ const EVENT_KINDS = {
   undrain: "undrained",
   weight: "weight set",
   weight_cleared: "weight cleared",
+  bias: "bias set",
+  bias_cleared: "bias cleared",
   override_dropped: "override dropped",
 };
 
@@ -432,6 +434,11 @@ function updateProfile(body, p) {
     const which = weighted.map((o) => o.endpoint + " → " + o.weight_override).join(", ");
     counts.append(span("count override", text("span", weighted.length + " weight set", "nowrap"), " (" + which + ")"));
   }
+  const biased = overrides.filter((o) => o.bias_override !== null && o.bias_override !== undefined);
+  if (biased.length) {
+    const which = biased.map((o) => o.endpoint + " → " + o.bias_override).join(", ");
+    counts.append(span("count override", text("span", biased.length + " bias set", "nowrap"), " (" + which + ")"));
+  }
   const r = state.rates.get(p.name);
   setText(row.cells[5], r ? fmtRate(r.queries) : "…");
   renderSplit(row.cells[6], p.name, r);
@@ -520,6 +527,10 @@ function renderDetail(cell, name) {
     if (ep.drained) c[2].append(" ", text("span", "drained", "badge drained"));
     if (ep.weight_override !== undefined && ep.weight_override !== null) {
       c[2].append(" ", text("span", "weight " + ep.weight_override, "badge override"));
+    }
+    if (ep.bias_override !== undefined && ep.bias_override !== null) {
+      const was = " (configured " + ep.configured_bias + ")";
+      c[2].append(" ", text("span", "bias " + ep.bias_override + was, "badge override"));
     }
     renderProbe(c[3], ep);
     renderChange(c[4], ep.last_change);
