@@ -22,7 +22,7 @@ use common::*;
 use fantoccini::Client;
 use serde_json::{Value, json};
 use steerdns::geo::rum::aggregate::bytes_per_network;
-use steerdns::geo::rum::{Aggregation, Aggregator};
+use steerdns::geo::rum::{Aggregation, Aggregator, saved, shared};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, sleep};
 
@@ -117,6 +117,32 @@ fn a_flood_of_networks_stays_within_the_cap_and_the_memory_bound() {
     }
     assert_eq!(ALLOCS.with(Cell::get), allocs, "lookups allocated");
     assert_eq!(found, cap, "the networks kept, each in its own row");
+
+    // What the state file and etcd take for them (docs/rum.md): each network here has one
+    // sample in each of two regions.
+    let names = ["a", "b", "c", "d"];
+    let file = saved::encode(&a, &table, &names, Duration::from_secs(200), 0);
+    let summaries = a.summaries(Duration::from_secs(200));
+    let (node, shared_networks) = shared::encode_node(0, &names, &summaries);
+    let (rows, published) = shared::encode_table(&table, 1);
+    assert_eq!((shared_networks, published), (cap, table.len()));
+    let total = |chunks: &[Vec<u8>]| chunks.iter().map(Vec::len).sum::<usize>();
+    // Samples, then the table's preferences (a /24's 4 bytes or a /16's 3, and 1).
+    assert!(file.len() <= 100 + cap * (4 + 4 + 2 * 8) + table.len() * 5, "{}", file.len());
+    assert!(total(&node) <= node.len() * 100 + cap * (4 + 2 * 9 + 2), "{}", total(&node));
+    assert!(total(&rows) <= rows.len() * 100 + table.len() * (5 + 8 * 4), "{}", total(&rows));
+    eprintln!(
+        "{cap} networks, 2 of 4 regions measured once: state file {} bytes ({} a network), \
+         etcd figures {} bytes in {} keys ({} a network), table {} bytes in {} keys ({} a row)",
+        file.len(),
+        file.len() / cap,
+        total(&node),
+        node.len(),
+        total(&node) / cap,
+        total(&rows),
+        rows.len(),
+        total(&rows) / table.len()
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -423,7 +449,8 @@ fn rum_errors_are_located() {
         - { region: mars-north, url: \"https://mars.example.com/rum.gif\" }\n    \
         - { region: us-east, url: \"ftp://us-east.example.com/\" }\n  \
         ipv4_prefix: 40\n  half_life: 2d\n  window: 1h\n  margin_percent: 150\n  \
-        trusted_proxies: [\"10.0.0.1/8\"]\n";
+        trusted_proxies: [\"10.0.0.1/8\"]\n  save_interval: 500ms\n  share_interval: 11m\n  \
+        state_file: \"\"\n";
     std::fs::write(&path, format!("{base}{block}")).unwrap();
     let errors = steerdns::config::load(&path, None).expect_err("invalid rum block");
     let got = located(&errors);
@@ -440,6 +467,9 @@ fn rum_errors_are_located() {
         ("2d", "rum.half_life must be between 1s and 1h, got 2d"),
         ("150", "rum.margin_percent must be between 0 and 100, got 150"),
         ("\"10.0.0.1/8\"", "rum.trusted_proxies: 10.0.0.1/8 has host bits set"),
+        ("500ms", "rum.save_interval must be between 1s and 1h, got 500ms"),
+        ("11m", "rum.share_interval must be between 1s and 10m, got 11m"),
+        ("\"\"", "rum.state_file: a file name is needed"),
     ];
     for (needle, message) in want {
         let (line, col) = line_of(needle);
@@ -659,4 +689,122 @@ async fn the_beacon_in_a_browser_steers_the_preference_to_the_fast_region() {
     assert!(ms(&second, "us-east") < ms(&second, "eu-west"), "{second}");
     assert_eq!(second["preferred"], "eu-west", "held within the margin: {second}");
     let _ = b.client.clone().close().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The state file: the samples survive a restart
+// ---------------------------------------------------------------------------------------
+
+/// A `steerdns serve` process in `dir` (location fixtures, `state_file: state.json`) on
+/// fixed loopback ports, with `rum` (a `rum:` block listening on `rum`).
+fn serve_yaml(
+    dir: &std::path::Path,
+    rum: SocketAddr,
+    extra: &str,
+) -> (String, SocketAddr, SocketAddr) {
+    write_location_config(dir, &location_profiles());
+    let (dns, admin) = (free_port(Ipv4Addr::LOCALHOST), free_port(Ipv4Addr::LOCALHOST));
+    let yaml = format!("{}{LOCATION_KEYS}", steerdns_yaml())
+        .replace("127.0.0.1:0", &dns.to_string())
+        .replace("listen:\n", &format!("listen:\n  admin: \"{admin}\"\n"));
+    let block = rum_block("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", extra)
+        .replace("127.0.0.1:0", &rum.to_string());
+    (format!("{yaml}state_file: state.json\n{block}"), dns, admin)
+}
+
+/// What a server says about `addr`'s network: the admin API's row, the `fast` answer and
+/// its ECS scope for the network over UDP, and explain's measured line.
+async fn measured_view(
+    dns: SocketAddr,
+    admin: SocketAddr,
+    addr: &str,
+) -> (Value, String, u8, String) {
+    let row = http_get(admin, &format!("/api/v1/rum?addr={addr}"), None).await.json();
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(dns).await.unwrap();
+    let q = Q::new(&fq("fast"), T_A).edns().ecs(ip(addr), 24).bytes();
+    let r = Reply::new(udp_exchange(&sock, &q).await.unwrap());
+    let scope = r.ecs().map_or(0, |e| e.2);
+    let path = format!("/api/v1/explain?name={}&type=A&client={addr}", fq("fast"));
+    let v = http_get(admin, &path, None).await.json();
+    let lines = v["trace"].as_array().cloned().unwrap_or_default();
+    let line = lines.iter().filter_map(Value::as_str).find(|l| l.starts_with("measured"));
+    (row, r.single(), scope, line.unwrap_or_default().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measurements_survive_a_restart_and_a_bad_state_file_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let rum = free_port(Ipv4Addr::LOCALHOST);
+    // Saved only at shutdown within the test: the interval is an hour.
+    let extra = "  min_samples: 3\n  burst: 1000\n  max_networks: 50\n  save_interval: 1h\n";
+    let (yaml, dns, admin) = serve_yaml(dir.path(), rum, extra);
+    let mut first = Replica::start(dir.path(), 0, &yaml, dns, admin).await;
+    // 127.0.0.0/24 prefers us-east (3 reports), 127.0.5.0/24 eu-west (4 reports).
+    let reports = [
+        (Ipv4Addr::new(127, 0, 0, 1), 120.0, 8.0),
+        (Ipv4Addr::new(127, 0, 0, 2), 110.0, 9.5),
+        (Ipv4Addr::new(127, 0, 0, 3), 130.0, 7.25),
+        (Ipv4Addr::new(127, 0, 5, 1), 11.0, 90.0),
+        (Ipv4Addr::new(127, 0, 5, 2), 12.5, 95.0),
+        (Ipv4Addr::new(127, 0, 5, 3), 10.0, 80.0),
+        (Ipv4Addr::new(127, 0, 5, 4), 13.0, 85.0),
+    ];
+    for (from, eu, us) in reports {
+        let body = format!(
+            r#"{{"v":1,"m":[{{"region":"eu-west","ms":{eu}}},{{"region":"us-east","ms":{us}}}]}}"#
+        );
+        assert_eq!(post_from(from, rum, &[], body.as_bytes()).await.status, 204);
+    }
+    measured_when(admin, "127.0.0.1", "stored", |v| v["preferred"] == "us-east").await;
+    measured_when(admin, "127.0.5.1", "stored", |v| v["preferred"] == "eu-west").await;
+    let before = [
+        measured_view(dns, admin, "127.0.0.0").await,
+        measured_view(dns, admin, "127.0.5.0").await,
+    ];
+    assert_eq!((before[0].1.as_str(), before[0].2), ("A 192.0.2.42", 24), "{before:?}");
+    assert_eq!((before[1].1.as_str(), before[1].2), ("A 192.0.2.41", 24), "{before:?}");
+    assert_eq!(region(&before[1].0, "eu-west")["samples"], 4, "{before:?}");
+    assert!(before[0].3.contains("3 samples"), "explain names the samples: {}", before[0].3);
+
+    first.sigterm();
+    assert_eq!(first.wait_exit().await, Some(0), "{}", first.stderr_text());
+    let state = dir.path().join("state.json.rum");
+    let bytes = std::fs::read(&state).expect("the samples were saved at shutdown");
+    // docs/rum.md: 50 bytes of header, 8 of checksum; per /24 its 4 bytes and a count per
+    // region; 8 bytes a sample (3 + 4 reports of 2 regions); the count of preferences and
+    // each row's (two /24s and their /16): network and region.
+    assert_eq!(bytes.len(), 50 + 8 + 2 * (4 + 2) + 14 * 8 + 4 + 2 * 5 + 4);
+    eprintln!("state file: {} bytes for 2 networks of 2 regions (14 samples)", bytes.len());
+
+    // The restarted server answers as before, from its first table on.
+    let second = Replica::start(dir.path(), 0, &yaml, dns, admin).await;
+    let after = [
+        measured_view(dns, admin, "127.0.0.0").await,
+        measured_view(dns, admin, "127.0.5.0").await,
+    ];
+    assert_eq!(after, before);
+    assert!(second.stderr_text().contains("real user measurements restored"));
+    drop(second);
+
+    // A damaged file, a foreign one and one too large for 50 networks: each is reported
+    // and ignored, and the server starts with no samples.
+    let mut damaged = bytes.clone();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0x55;
+    let large = vec![0u8; 1 << 20];
+    for (what, content, says) in [
+        ("damaged", &damaged[..], "checksum"),
+        ("foreign", &b"{\"overrides\": []}\n"[..], "not a steerdns measurement record"),
+        ("too large", &large[..], "rum.max_networks"),
+    ] {
+        std::fs::write(&state, content).unwrap();
+        let r = Replica::start(dir.path(), 0, &yaml, dns, admin).await;
+        let line = r.wait_line("the file ignored", |l| l.contains("state file ignored")).await;
+        assert!(line.contains(says), "{what}: {line}");
+        let got = http_get(admin, "/api/v1/rum?addr=127.0.0.1", None).await;
+        assert_eq!(got.status, 404, "{what}: {}", got.text());
+        assert_eq!(measured_view(dns, admin, "127.0.0.0").await.1, "A 192.0.2.41", "{what}");
+        drop(r);
+    }
 }

@@ -183,8 +183,10 @@ fn load_with(
         rate_limit::build(&mut Sink { file: path, errors: &mut errors }, raw.rate_limit.as_ref());
     let cluster = cluster::build(&mut Sink { file: path, errors: &mut errors }, &raw, &base);
     let probe_source = probe::build(&mut Sink { file: path, errors: &mut errors }, &raw);
-    let rum = rum::build(&mut Sink { file: path, errors: &mut errors }, raw.rum.as_ref(), &world)
-        .map(Arc::new);
+    let rum_sink = &mut Sink { file: path, errors: &mut errors };
+    let top_state = raw.state_file.as_ref().map(|f| base.join(&f.value));
+    let rum =
+        rum::build(rum_sink, raw.rum.as_ref(), &world, &base, top_state.as_deref()).map(Arc::new);
     let load_rules = load::rules(&mut Sink { file: path, errors: &mut errors }, raw.load.as_ref());
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {

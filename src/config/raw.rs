@@ -418,6 +418,17 @@ pub struct RawRum {
     /// How often the measured table is rebuilt (default 5s; 100ms..10m).
     #[schemars(with = "Option<DurationText>")]
     pub publish_interval: Option<Loc<String>>,
+    /// The file the samples are kept in across restarts, relative to this file (default:
+    /// the top-level `state_file` with `.rum` appended; none without it: memory only).
+    pub state_file: Option<Loc<String>>,
+    /// How often the samples are written to the state file, and at shutdown (default 1m;
+    /// 1s..1h).
+    #[schemars(with = "Option<DurationText>")]
+    pub save_interval: Option<Loc<String>>,
+    /// In a cluster: how often each replica writes its figures to etcd and the leading
+    /// replica merges them into the shared table (default 10s; 1s..10m).
+    #[schemars(with = "Option<DurationText>")]
+    pub share_interval: Option<Loc<String>>,
 }
 
 /// One measurement URL of `rum.targets`.

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -14,7 +15,15 @@ use crate::diag::Sink;
 use crate::geo::World;
 use crate::geo::rum::{Aggregation, RumSettings, RumTarget};
 
-pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRum>>, world: &World) -> Option<RumSettings> {
+/// `rum:` checked; `base` is the configuration's directory, `state_file` the top-level
+/// `state_file` resolved (the default state file of the samples is next to it).
+pub fn build(
+    sink: &mut Sink<'_>,
+    raw: Option<&Loc<RawRum>>,
+    world: &World,
+    base: &Path,
+    state_file: Option<&Path>,
+) -> Option<RumSettings> {
     let raw = &raw?.value;
     let defaults = Aggregation::default();
     let mut listen = Vec::new();
@@ -110,6 +119,24 @@ pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRum>>, world: &World) -> O
             )
         })
         .unwrap_or(Duration::from_secs(5));
+    let mut interval = |v: Option<&Loc<String>>, key: &str, lo: u64, hi: u64, default: u64| {
+        v.and_then(|v| duration_in(sink, v, key, Duration::from_secs(lo), Duration::from_secs(hi)))
+            .unwrap_or(Duration::from_secs(default))
+    };
+    let save_interval = interval(raw.save_interval.as_ref(), "rum.save_interval", 1, 3600, 60);
+    let share_interval = interval(raw.share_interval.as_ref(), "rum.share_interval", 1, 600, 10);
+    let state_file = match &raw.state_file {
+        Some(f) if f.value.trim().is_empty() => {
+            sink.on(f, "rum.state_file: a file name is needed");
+            None
+        }
+        Some(f) => Some(base.join(&f.value)),
+        None => state_file.map(|p| {
+            let mut name = p.as_os_str().to_os_string();
+            name.push(".rum");
+            PathBuf::from(name)
+        }),
+    };
     let aggregation = Aggregation {
         ipv4_prefix,
         ipv6_prefix,
@@ -129,6 +156,9 @@ pub fn build(sink: &mut Sink<'_>, raw: Option<&Loc<RawRum>>, world: &World) -> O
         burst,
         max_report_bytes,
         publish_interval,
+        state_file,
+        save_interval,
+        share_interval,
     })
 }
 

@@ -55,6 +55,17 @@ impl EtcdSettings {
     pub fn overrides_prefix(&self) -> String {
         format!("{}overrides/", self.prefix)
     }
+
+    /// `<prefix>leaders/`: one key per role led by one replica of the cluster.
+    pub fn leaders_prefix(&self) -> String {
+        format!("{}leaders/", self.prefix)
+    }
+
+    /// `<prefix>load/`: the load shares the leader computes and the loads pushed to any
+    /// replica.
+    pub fn load_prefix(&self) -> String {
+        format!("{}load/", self.prefix)
+    }
 }
 
 /// TLS towards etcd: the CA that signs its certificates, and an optional client

@@ -205,7 +205,22 @@ impl Server {
     async fn start_listeners(&mut self, listen: &Listen) -> Result<(), ServerError> {
         // Made before the DNS listeners, which read its published table on every query.
         if let Some(settings) = self.control.snapshot().rum.clone() {
-            let _ = self.control.rum.set(Arc::new(rum::Rum::new(settings)));
+            let rum = Arc::new(rum::Rum::new(settings));
+            let (r, local) = (rum.clone(), self.control.cluster.is_none());
+            blocking(move || {
+                let saved = r.settings.state_file.as_ref();
+                let seed = saved.and_then(|p| rum::persist::load_logged(&r, p));
+                // In a cluster the table published is the shared one, followed in etcd.
+                if local {
+                    // The preferences saved are what the first table starts from.
+                    if let Some(seed) = seed {
+                        r.install(seed);
+                    }
+                    r.publish();
+                }
+            })
+            .await;
+            let _ = self.control.rum.set(rum);
         }
         let conns = Arc::new(tcp_table(listen.tcp.max_connections, listen.tcp.per_source));
         let mut skipped = None;
@@ -256,7 +271,21 @@ impl Server {
             self.rum_addrs.push(actual);
             self.tasks.spawn(rum::serve(l, rum.clone(), self.cancel.clone()));
         }
-        self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
+        if let Some(path) = settings.state_file.clone() {
+            self.tasks.spawn(rum::persist::save_every(rum.clone(), path, self.cancel.clone()));
+        }
+        match self.control.cluster.clone() {
+            Some(session) => {
+                let cancel = self.cancel.clone();
+                let leadership =
+                    cluster::leader::Leadership::start(session.clone(), "rum", cancel.clone());
+                let leading = leadership.leading();
+                cluster::rum::spawn(&mut self.cluster_tasks, rum, session, leading, cancel);
+            }
+            None => {
+                self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
+            }
+        }
         Ok(())
     }
 

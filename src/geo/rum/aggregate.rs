@@ -30,6 +30,16 @@ pub struct Sample {
     pub ms: f32,
 }
 
+/// What a figure is computed from: a round trip, its weight, and how many samples it
+/// stands for (1 for a sample; a replica's summary of several samples when replicas'
+/// figures are merged).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    pub ms: f32,
+    pub weight: f64,
+    pub count: u32,
+}
+
 /// The last `SAMPLES_KEPT` samples of one (network, region), oldest overwritten first.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Ring {
@@ -131,6 +141,17 @@ impl Aggregator {
     pub fn record(&mut self, addr: IpAddr, measured: &[(usize, f32)], now: Duration) {
         let net = self.network_of(addr);
         let at = secs(now);
+        let n = self.touch(net);
+        for &(column, ms) in measured {
+            if let Some(ring) = n.rings.get_mut(column) {
+                ring.push(Sample { at, ms });
+            }
+        }
+    }
+
+    /// `net`'s entry, made the most recently reported (created, evicting the least
+    /// recently reported network when the cap is reached).
+    fn touch(&mut self, net: IpNet) -> &mut Network {
         self.seq += 1;
         let seq = self.seq;
         if let Some(n) = self.networks.get_mut(&net) {
@@ -146,12 +167,77 @@ impl Aggregator {
             self.networks.insert(net, Network { rings, seq });
         }
         self.recency.insert(seq, net);
-        let n = self.networks.get_mut(&net).expect("inserted above");
-        for &(column, ms) in measured {
-            if let Some(ring) = n.rings.get_mut(column) {
-                ring.push(Sample { at, ms });
+        self.networks.get_mut(&net).expect("inserted above")
+    }
+
+    /// Puts back samples kept from an earlier run: `samples[column]` for `net`, which
+    /// becomes the most recently reported network. Restoring networks least recently
+    /// reported first gives back the order they were saved in. A network of another
+    /// prefix length than the configured one (the file of another configuration) is
+    /// skipped; false then.
+    pub fn restore(&mut self, net: IpNet, samples: &[Vec<Sample>]) -> bool {
+        if self.network_of(net.addr()) != net {
+            return false;
+        }
+        let n = self.touch(net);
+        for (ring, column) in n.rings.iter_mut().zip(samples) {
+            let mut ordered = column.clone();
+            ordered.sort_by_key(|s| s.at);
+            for s in ordered {
+                ring.push(s);
             }
         }
+        true
+    }
+
+    /// Every network's live samples at `now` (per target, oldest first), least recently
+    /// reported first: what a state file keeps.
+    pub fn live_samples(
+        &self,
+        now: Duration,
+    ) -> impl Iterator<Item = (IpNet, Vec<Vec<Sample>>)> + '_ {
+        let (now, window) = (secs(now), secs(self.params.window));
+        self.recency.values().filter_map(move |net| {
+            let n = self.networks.get(net)?;
+            let rings = n
+                .rings
+                .iter()
+                .map(|r| {
+                    let mut v: Vec<Sample> = r.live(now, window).collect();
+                    v.sort_by_key(|s| s.at);
+                    v
+                })
+                .collect();
+            Some((*net, rings))
+        })
+    }
+
+    /// Each network's figures at `now`, most recently reported first: per target, the
+    /// weighted median of its live samples, their weight and their number (`None`
+    /// without any). What a replica shares with the others, who merge these points as
+    /// they merge samples.
+    pub fn summaries(&mut self, now: Duration) -> Vec<(IpNet, Vec<Option<Point>>)> {
+        self.expire(now);
+        let (at, window) = (secs(now), secs(self.params.window));
+        let half_life = secs(self.params.half_life);
+        let mut weighed = Vec::with_capacity(SAMPLES_KEPT);
+        let mut out = Vec::with_capacity(self.networks.len());
+        for net in self.recency.values().rev() {
+            let Some(n) = self.networks.get(net) else { continue };
+            let points = n
+                .rings
+                .iter()
+                .map(|r| {
+                    weighed.clear();
+                    weighed.extend(r.live(at, window).map(|s| (s.ms, weight(s.at, at, half_life))));
+                    let count = weighed.len() as u32;
+                    let total: f64 = weighed.iter().map(|w| w.1).sum();
+                    weighted_median(&mut weighed).map(|ms| Point { ms, weight: total, count })
+                })
+                .collect();
+            out.push((*net, points));
+        }
+        out
     }
 
     /// Forgets samples older than the window, and networks left with none.
@@ -192,8 +278,20 @@ impl Aggregator {
     ) -> MeasuredLatency {
         self.expire(now);
         let (at, window) = (secs(now), secs(self.params.window));
-        let nets = self.networks.iter().map(|(net, n)| (*net, &n.rings[..]));
-        MeasuredLatency::build(&self.params, columns, nets, at, window, previous)
+        let half_life = secs(self.params.half_life);
+        let nets = self.networks.iter().map(|(net, n)| {
+            let points = n
+                .rings
+                .iter()
+                .map(|r| {
+                    let p = r.live(at, window);
+                    p.map(|s| Point { ms: s.ms, weight: weight(s.at, at, half_life), count: 1 })
+                        .collect()
+                })
+                .collect();
+            (*net, points)
+        });
+        MeasuredLatency::build(&self.params, columns, nets, previous)
     }
 
     /// Heap bytes held now: the hash table's slots (at its capacity), the rings, and the

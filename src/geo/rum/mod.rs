@@ -6,11 +6,16 @@
 //! `settings` is the validated `rum:` block, `aggregate` keeps the recent samples of each
 //! network (bounded, evicting the least recently reported), and `table` is what a publish
 //! step builds from it: sorted prefixes, looked up without allocating or locking.
+//! `saved` is the state file that keeps the samples across restarts, `shared` what
+//! replicas of a cluster exchange through etcd, both in the byte layout of `codec`.
 
 pub mod aggregate;
+pub mod codec;
+pub mod saved;
 pub mod settings;
+pub mod shared;
 pub mod table;
 
-pub use aggregate::{Aggregator, Sample};
+pub use aggregate::{Aggregator, Point, Sample};
 pub use settings::{Aggregation, RumSettings, RumTarget};
 pub use table::{Measured, MeasuredLatency, MeasuredRow};

@@ -2,6 +2,7 @@
 //! the beacon measures, and how samples become a table.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -25,6 +26,13 @@ pub struct RumSettings {
     pub max_report_bytes: usize,
     /// How often the table the query path reads is rebuilt.
     pub publish_interval: Duration,
+    /// Where the samples are kept across restarts; `None`: in memory only.
+    pub state_file: Option<PathBuf>,
+    /// How often the samples are written to `state_file` (and at shutdown).
+    pub save_interval: Duration,
+    /// In a cluster, how often this replica writes its figures to etcd and the leading
+    /// replica merges everyone's into the shared table.
+    pub share_interval: Duration,
 }
 
 /// One measurement URL and the latency-table region it measures.

@@ -14,11 +14,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::aggregate::{Ring, weight, weighted_median};
+use super::aggregate::{Point, weighted_median};
 use super::settings::Aggregation;
-
-/// Weighed samples, `(ms, weight)`, of one region.
-type Weighed = Vec<(f32, f64)>;
 
 /// Prefix length of the IPv4 aggregates.
 pub const COARSE_V4: u8 = 16;
@@ -38,6 +35,10 @@ impl Measured {
         self.samples > 0
     }
 }
+
+/// A row as tables are built from and cut into: the network, each target's figure, and
+/// the preferred target's column.
+pub type Row = (IpNet, Vec<Measured>, Option<usize>);
 
 /// A target column: the region's name and its index in the latency table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,72 +102,97 @@ impl MeasuredLatency {
         MeasuredLatency { columns, ..MeasuredLatency::default() }
     }
 
-    /// Builds the table from each network's rings at `now` (seconds; samples older than
-    /// `window` seconds ignored). Preferences start from `previous` when it has the same
-    /// columns.
-    pub(super) fn build<'r>(
+    /// Builds the table from each network's points (per target; weights as of now).
+    /// Preferences start from `previous` when it has the same columns.
+    pub fn build(
         params: &Aggregation,
         columns: Vec<(String, usize)>,
-        networks: impl Iterator<Item = (IpNet, &'r [Ring])>,
-        now: u32,
-        window: u32,
+        networks: impl Iterator<Item = (IpNet, Vec<Vec<Point>>)>,
         previous: Option<&MeasuredLatency>,
     ) -> MeasuredLatency {
-        let mut table = MeasuredLatency::empty(columns);
-        let width = table.columns.len();
-        let previous = previous.filter(|p| p.columns == table.columns);
-        let half_life = u32::try_from(params.half_life.as_secs()).unwrap_or(u32::MAX);
+        let width = columns.len();
         let coarse_v4 = (COARSE_V4 < params.ipv4_prefix).then_some(COARSE_V4);
         let coarse_v6 = (COARSE_V6 < params.ipv6_prefix).then_some(COARSE_V6);
-        // (level, key) → network and its figures; BTreeMap so rows come out sorted.
-        let mut rows: BTreeMap<(usize, u128), (IpNet, Vec<Measured>)> = BTreeMap::new();
-        let mut coarse: BTreeMap<(usize, u128), (IpNet, Vec<Weighed>)> = BTreeMap::new();
-        let mut weighed = Vec::with_capacity(super::aggregate::SAMPLES_KEPT);
-        for (net, rings) in networks {
+        let mut rows: Vec<(IpNet, Vec<Measured>)> = Vec::new();
+        let mut coarse: BTreeMap<IpNet, Vec<Vec<Point>>> = BTreeMap::new();
+        let mut scratch = Vec::with_capacity(super::aggregate::SAMPLES_KEPT);
+        for (net, points) in networks {
             let v6 = matches!(net, IpNet::V6(_));
             let mut cells = vec![Measured::default(); width];
             let coarse_len = if v6 { coarse_v6 } else { coarse_v4 };
             let mut merged = coarse_len.map(|len| {
                 let outer = IpNet::new(net.addr(), len).expect("shorter than the network").trunc();
-                let level = if v6 { 3 } else { 1 };
-                let entry = coarse
-                    .entry((level, bits(outer.addr())))
-                    .or_insert_with(|| (outer, vec![Vec::new(); width]));
-                &mut entry.1
+                coarse.entry(outer).or_insert_with(|| vec![Vec::new(); width])
             });
-            for (column, ring) in rings.iter().enumerate().take(width) {
-                weighed.clear();
-                weighed
-                    .extend(ring.live(now, window).map(|s| (s.ms, weight(s.at, now, half_life))));
+            for (column, p) in points.iter().enumerate().take(width) {
                 if let Some(m) = merged.as_mut() {
-                    m[column].extend_from_slice(&weighed);
+                    m[column].extend_from_slice(p);
                 }
-                cells[column] = figure(&mut weighed, params.min_samples);
+                cells[column] = figure(p, &mut scratch, params.min_samples);
             }
             if cells.iter().any(Measured::is_measured) {
-                let level = if v6 { 2 } else { 0 };
-                rows.insert((level, bits(net.addr())), (net, cells));
+                rows.push((net, cells));
             }
         }
-        for (key, (net, mut samples)) in coarse {
+        for (net, points) in coarse {
             let cells: Vec<Measured> =
-                samples.iter_mut().map(|s| figure(s, params.min_samples)).collect();
+                points.iter().map(|p| figure(p, &mut scratch, params.min_samples)).collect();
             if cells.iter().any(Measured::is_measured) {
-                rows.insert(key, (net, cells));
+                rows.push((net, cells));
             }
         }
+        let previous = previous.filter(|p| {
+            p.columns
+                .iter()
+                .map(|c| (c.name.as_str(), c.region))
+                .eq(columns.iter().map(|(n, r)| (n.as_str(), *r)))
+        });
+        let rows = rows.into_iter().map(|(net, cells)| {
+            let before = previous.and_then(|p| p.find(&net)).and_then(|r| r.preferred);
+            let preferred = stabilised(&cells, before, params.margin_ms, params.margin_percent);
+            (net, cells, preferred)
+        });
+        MeasuredLatency::from_rows(params, columns, rows)
+    }
+
+    /// A table of the given rows, as built elsewhere (by the replica that merges every
+    /// replica's figures): `(network, figures per target, preferred column)`. Rows of a
+    /// prefix length other than the configured networks' and aggregates', or with another
+    /// number of figures, are left out, as is a second row of one network.
+    pub fn from_rows(
+        params: &Aggregation,
+        columns: Vec<(String, usize)>,
+        rows: impl IntoIterator<Item = Row>,
+    ) -> MeasuredLatency {
+        let mut table = MeasuredLatency::empty(columns);
+        let width = table.columns.len();
+        let coarse_v4 = (COARSE_V4 < params.ipv4_prefix).then_some(COARSE_V4);
+        let coarse_v6 = (COARSE_V6 < params.ipv6_prefix).then_some(COARSE_V6);
         let lens = [
             params.ipv4_prefix,
             coarse_v4.unwrap_or(0),
             params.ipv6_prefix,
             coarse_v6.unwrap_or(0),
         ];
+        // (level, key) → row; BTreeMap so rows come out sorted.
+        let mut sorted = BTreeMap::new();
+        for (net, cells, preferred) in rows {
+            let first = if matches!(net, IpNet::V6(_)) { 2 } else { 0 };
+            let Some(level) =
+                (first..first + 2).find(|&l| lens[l] != 0 && lens[l] == net.prefix_len())
+            else {
+                continue;
+            };
+            if cells.len() != width || net.trunc() != net {
+                continue;
+            }
+            let preferred = preferred.filter(|&p| p < width);
+            sorted.entry((level, bits(net.addr()))).or_insert((net, cells, preferred));
+        }
         for (level, len) in table.levels.iter_mut().zip(lens) {
             level.prefix_len = len;
         }
-        for ((level, key), (net, cells)) in rows {
-            let before = previous.and_then(|p| p.exact(level, key)).and_then(|r| r.preferred);
-            let preferred = stabilised(&cells, before, params.margin_ms, params.margin_percent);
+        for ((level, key), (net, cells, preferred)) in sorted {
             let row = table.networks.len() as u32;
             table.levels[level].keys.push(key);
             table.levels[level].rows.push(row);
@@ -175,6 +201,22 @@ impl MeasuredLatency {
             table.cells.extend(cells);
         }
         table
+    }
+
+    /// Every row: its network, figures and preferred column, in the table's order.
+    pub fn rows(&self) -> impl Iterator<Item = (IpNet, &[Measured], Option<usize>)> + '_ {
+        let width = self.columns.len();
+        self.networks.iter().enumerate().map(move |(i, net)| {
+            let cells = &self.cells[i * width..(i + 1) * width];
+            (*net, cells, self.preferred[i].map(usize::from))
+        })
+    }
+
+    /// The row of exactly `net` (a network or an aggregate).
+    fn find(&self, net: &IpNet) -> Option<MeasuredRow<'_>> {
+        let first = if matches!(net, IpNet::V6(_)) { 2 } else { 0 };
+        let level = (first..first + 2).find(|&l| self.levels[l].prefix_len == net.prefix_len())?;
+        self.exact(level, bits(net.addr()))
     }
 
     /// Heap bytes the table holds (its arrays at their capacity).
@@ -248,10 +290,13 @@ impl MeasuredLatency {
     }
 }
 
-/// The figure of one (network, region) from its weighed samples.
-fn figure(weighed: &mut [(f32, f64)], min_samples: u32) -> Measured {
-    let samples = weighed.len() as u32;
-    match weighted_median(weighed) {
+/// The figure of one (network, region) from its points: the weighted median, and the
+/// samples behind them.
+fn figure(points: &[Point], scratch: &mut Vec<(f32, f64)>, min_samples: u32) -> Measured {
+    let samples = points.iter().map(|p| p.count).sum::<u32>();
+    scratch.clear();
+    scratch.extend(points.iter().map(|p| (p.ms, p.weight)));
+    match weighted_median(scratch) {
         Some(ms) if samples >= min_samples.max(1) => Measured { ms, samples },
         _ => Measured::default(),
     }

@@ -4,15 +4,18 @@
 //! for the parts that follow etcd; `profiles` reads and follows the profiles held in
 //! etcd; `nodes` registers this replica; `health` the health views agreed across
 //! replicas; `overrides` shares drains and weights (`override_record`: how they are kept in
-//! etcd).
+//! etcd); `leader` chooses one replica to lead a role (the load control step, the merge of
+//! real user measurements); `rum` shares real user measurements.
 
 pub mod etcd;
 pub mod follow;
 pub mod health;
+pub mod leader;
 pub mod nodes;
 pub mod override_record;
 pub mod overrides;
 pub mod profiles;
+pub mod rum;
 pub mod session;
 
 pub use session::Session;

@@ -25,6 +25,8 @@ pub struct Session {
     pub settings: Arc<ClusterSettings>,
     pub client: Client,
     connected: AtomicBool,
+    /// `connected` for the parts that must act the moment it changes (leadership).
+    connection: watch::Sender<bool>,
     /// Set once the first state is known, so that a replica that never reached etcd logs
     /// its first failure too.
     reported: AtomicBool,
@@ -42,6 +44,7 @@ impl Session {
             settings,
             client,
             connected: AtomicBool::new(false),
+            connection: watch::Sender::new(false),
             reported: AtomicBool::new(false),
             logged_in: AtomicBool::new(false),
             lease: watch::Sender::new(None),
@@ -51,6 +54,12 @@ impl Session {
     /// Whether the lease was renewed in time lately (`steerdns_cluster_connected`).
     pub fn connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
+    }
+
+    /// `connected`, watched: a leader steps down the moment a renewal fails, before its
+    /// lease can expire and another replica take over.
+    pub fn connection(&self) -> watch::Receiver<bool> {
+        self.connection.subscribe()
     }
 
     /// The lease this replica's keys are written under (see the field); whether it is
@@ -80,6 +89,7 @@ impl Session {
     /// Records a change of connection state, logging only changes (and the first state).
     pub fn set_connected(&self, connected: bool, why: &str) {
         let was = self.connected.swap(connected, Ordering::Relaxed);
+        self.connection.send_if_modified(|c| std::mem::replace(c, connected) != connected);
         let first = !self.reported.swap(true, Ordering::Relaxed);
         let endpoints = self.settings.etcd.endpoints.join(",");
         match (first || was != connected, connected) {
@@ -143,12 +153,19 @@ impl Session {
     ) -> Result<i64, etcd_client::Error> {
         let mut leases = self.client.lease_client();
         if let Some(id) = previous {
-            let (mut keeper, mut stream) = leases.keep_alive(id).await?;
-            keeper.keep_alive().await?;
-            if let Some(resp) = stream.message().await?
-                && resp.ttl() > 0
-            {
-                return Ok(id);
+            // The client reads etcd's first answer itself and says "lease not found" when
+            // the lease expired meanwhile (a cut longer than its time to live): a new one.
+            match leases.keep_alive(id).await {
+                Ok((mut keeper, mut stream)) => {
+                    keeper.keep_alive().await?;
+                    if let Some(resp) = stream.message().await?
+                        && resp.ttl() > 0
+                    {
+                        return Ok(id);
+                    }
+                }
+                Err(etcd_client::Error::LeaseKeepAliveError(e)) if e == "lease not found" => {}
+                Err(e) => return Err(e),
             }
         }
         let secs = ttl.as_secs().max(1) as i64;

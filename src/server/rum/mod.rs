@@ -6,11 +6,13 @@
 //! Connections are served by hyper as the admin API's are: at most `MAX_CONNECTIONS`, a
 //! header-read (and keep-alive) timeout, a bounded head and body, on the server's one
 //! cancellation token. Reports are checked whole (`report`) and limited per client address
-//! (`limit`, the address from `client`) before anything is stored.
+//! (`limit`, the address from `client`) before anything is stored. `persist` keeps the
+//! samples in the state file across restarts.
 
 pub mod api;
 pub mod client;
 pub mod limit;
+pub mod persist;
 pub mod report;
 
 use std::net::{IpAddr, SocketAddr};
@@ -48,6 +50,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest request head a connection may buffer (hyper's minimum is 8 KiB).
 const MAX_HEAD: usize = 16 * 1024;
+
+/// The longest head start of the aggregate's clock (`Rum::now`): samples are kept as
+/// seconds in 32 bits, and a window of decades needs no more.
+const MAX_HEAD_START: Duration = Duration::from_secs(1 << 30);
 
 /// How long shutdown waits for requests in progress.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -99,8 +105,11 @@ pub struct Rum {
     limiter: Mutex<ReportLimiter>,
     published: ArcSwap<MeasuredLatency>,
     pub counts: RumCounts,
-    /// The time origin of the aggregate's samples.
+    /// The time origin of the aggregate's samples, one window before the start (see
+    /// `now`).
     epoch: Instant,
+    /// How long before `epoch` the aggregate's clock started.
+    head_start: Duration,
     /// `/rum/v1/config`, made once.
     config_json: Bytes,
 }
@@ -119,9 +128,41 @@ impl Rum {
             limiter: Mutex::new(limiter),
             counts: RumCounts::default(),
             epoch: Instant::now(),
+            head_start: settings.aggregation.window.min(MAX_HEAD_START),
             config_json: Bytes::from(config.to_string()),
             settings,
         }
+    }
+
+    /// The aggregate's clock: it reads one window at the start, so that samples restored
+    /// from the state file, up to a window old, have a time on it.
+    pub fn now(&self) -> Duration {
+        self.epoch.elapsed() + self.head_start
+    }
+
+    /// Runs `f` on the aggregate, with its clock's time, under its mutex (which report
+    /// handlers take too: keep `f` short).
+    pub fn with_aggregate<R>(&self, f: impl FnOnce(&mut Aggregator, Duration) -> R) -> R {
+        let mut a = self.aggregate.lock().unwrap_or_else(PoisonError::into_inner);
+        let r = f(&mut a, self.now());
+        self.counts.networks.store(a.len() as u64, Ordering::Relaxed);
+        self.counts.evictions.store(a.evictions(), Ordering::Relaxed);
+        r
+    }
+
+    /// The target regions' names, in column order.
+    pub fn regions(&self) -> Vec<&str> {
+        self.settings.targets.iter().map(|t| t.region.as_str()).collect()
+    }
+
+    /// Swaps in a table built elsewhere (in a cluster, the shared one).
+    pub fn install(&self, table: MeasuredLatency) {
+        self.published.store(Arc::new(table));
+    }
+
+    /// The target columns, as tables name them.
+    pub fn columns(&self) -> Vec<(String, usize)> {
+        columns(&self.settings)
     }
 
     /// The table published last: what the query path reads.
@@ -138,7 +179,7 @@ impl Rum {
     /// Rebuilds the table from the aggregate and swaps it in.
     pub fn publish(&self) {
         let previous = self.published.load_full();
-        let now = self.epoch.elapsed();
+        let now = self.now();
         let next = {
             let mut a = self.aggregate.lock().unwrap_or_else(PoisonError::into_inner);
             let table = a.publish(now, columns(&self.settings), Some(&previous));
@@ -162,7 +203,7 @@ impl Rum {
     }
 
     fn check_and_store(&self, client: IpAddr, body: &[u8]) -> Result<(), Refusal> {
-        let now = self.epoch.elapsed();
+        let now = self.now();
         let allowed =
             self.limiter.lock().unwrap_or_else(PoisonError::into_inner).allow(client, now);
         if !allowed {

@@ -108,6 +108,9 @@ mod tests {
             burst: 10,
             max_report_bytes: 200,
             publish_interval: Duration::from_secs(5),
+            state_file: None,
+            save_interval: Duration::from_secs(60),
+            share_interval: Duration::from_secs(10),
         }
     }
 
