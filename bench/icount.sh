@@ -11,7 +11,8 @@ count() {
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 for case in static nxdomain priority weighted weighted-sticky-ecs multivalue nested \
-  geographic-ecs subnet-ecs performance-ecs groups-ecs zone-ecs; do
+  geographic-ecs subnet-ecs performance-ecs groups-ecs zone-ecs weighted-load priority-load \
+  performance-ecs-rum performance-ecs-rum-load; do
   a=$(count "$case" 1000)
   b=$(count "$case" 11000)
   echo "$case $(((b - a) / 10000))"

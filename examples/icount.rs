@@ -2,10 +2,16 @@
 //! cases N times. Run it under callgrind twice (N = 1000 and 11000) and divide the
 //! difference by 10000, as `bench/icount.sh` does; the configuration load cancels out.
 //!
+//! Cases ending in `-rum` answer with a measured-latency table (real user measurements) for
+//! the client's /24; cases ending in `-load` run on a copy of the example configuration
+//! whose endpoints have load feeds, every share set to 0.5 (half of each endpoint's traffic
+//! spills), so the load path is taken on every query.
+//!
 //! `cargo build --release --example icount && bench/icount.sh`
 
 use std::net::IpAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
@@ -41,6 +47,10 @@ const CASES: &[(&str, &str, Option<&str>)] = &[
     ("performance-ecs", "fast.tm.example.test.", Some("198.51.100.130/32")),
     ("groups-ecs", "accel.tm.example.test.", Some("198.51.100.0/24")),
     ("zone-ecs", "svc.tm.example.test.", Some("10.1.0.0/16")),
+    ("weighted-load", "api.tm.example.test.", None),
+    ("priority-load", "www.tm.example.test.", None),
+    ("performance-ecs-rum", "fast.tm.example.test.", Some("198.51.100.130/32")),
+    ("performance-ecs-rum-load", "fast.tm.example.test.", Some("198.51.100.130/32")),
 ];
 
 fn main() {
@@ -48,7 +58,15 @@ fn main() {
     let case = &args[1];
     let n: usize = args[2].parse().unwrap();
     let root = Path::new(&args[3]);
-    let snap = load(&root.join("steerdns.yaml"));
+    let copy = case.ends_with("-load").then(|| with_load_feeds(root));
+    let snap = load(&copy.as_ref().map_or(root, |d| d.path()).join("steerdns.yaml"));
+    if copy.is_some() {
+        let table = snap.load_table().expect("the copy's endpoints are fed");
+        for slot in 0..table.len() {
+            table.set(slot, 0.5, false);
+        }
+    }
+    let measured = case.contains("-rum").then(|| measured_table(&snap));
     let (_, name, ecs) = CASES.iter().find(|c| c.0 == case).unwrap();
     let q = query(name, *ecs);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
@@ -56,7 +74,7 @@ fn main() {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let mut ok = 0;
     for _ in 0..n {
-        ok += usize::from(respond_once(&snap, &q, src, &mut rng, &mut out));
+        ok += usize::from(respond_once(&snap, &q, src, measured.as_ref(), &mut rng, &mut out));
     }
     assert_eq!(ok, n);
 }
@@ -64,10 +82,52 @@ fn main() {
 fn load(p: &Path) -> steerdns::model::Snapshot {
     steerdns::config::load(p, None).unwrap().snapshot
 }
+/// The example configuration in a temporary directory (everything linked but the
+/// profiles), every endpoint with a pushed load feed.
+fn with_load_feeds(root: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = &root.canonicalize().unwrap();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "profiles" && entry.file_name() != "target" {
+            std::os::unix::fs::symlink(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    for entry in std::fs::read_dir(root.join("profiles")).unwrap() {
+        let entry = entry.unwrap();
+        let text = std::fs::read_to_string(entry.path()).unwrap().replace(
+            "always_serve: true }",
+            "always_serve: true, load: { capacity: 100, pushed: true } }",
+        );
+        std::fs::write(dir.path().join("profiles").join(entry.file_name()), text).unwrap();
+    }
+    dir
+}
+
+/// Measurements for the performance case's /24: us-east fastest, so the measured row
+/// (not the latency table) decides.
+fn measured_table(snap: &steerdns::model::Snapshot) -> steerdns::geo::rum::MeasuredLatency {
+    use steerdns::geo::rum::{Aggregation, Aggregator};
+    let latency = snap.world.latency.as_ref().expect("the example has a latency table");
+    let columns: Vec<(String, usize)> = ["eu-west", "us-east", "cn-shanghai"]
+        .iter()
+        .map(|r| (r.to_string(), latency.region(r).expect("region in the table")))
+        .collect();
+    let params = Aggregation { min_samples: 1, ..Aggregation::default() };
+    let mut a = Aggregator::new(params, columns.len());
+    for (i, addr) in ["198.51.100.130", "198.51.100.131", "203.0.113.7"].iter().enumerate() {
+        let at = Duration::from_secs(i as u64 + 1);
+        a.record(addr.parse().unwrap(), &[(0, 40.0), (1, 25.0), (2, 90.0)], at);
+    }
+    a.publish(Duration::from_secs(10), columns, None)
+}
+
 fn respond_once(
     snap: &steerdns::model::Snapshot,
     q: &[u8],
     src: IpAddr,
+    measured: Option<&steerdns::geo::rum::MeasuredLatency>,
     rng: &mut rand::rngs::SmallRng,
     out: &mut Vec<u8>,
 ) -> bool {
@@ -80,7 +140,7 @@ fn respond_once(
             src,
             transport: Transport::Udp,
             now: 1_800_000_000,
-            measured: None,
+            measured,
         },
         rng,
         out,
