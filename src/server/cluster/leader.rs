@@ -37,6 +37,7 @@ pub struct LeaderRecord {
 /// This replica's part in one role: whether it leads, and who does.
 #[derive(Clone, Debug)]
 pub struct Leadership {
+    key: Arc<str>,
     leading: watch::Receiver<bool>,
     leader: watch::Receiver<Option<String>>,
 }
@@ -48,14 +49,22 @@ impl Leadership {
         let (leading_tx, leading) = watch::channel(false);
         let (leader_tx, leader) = watch::channel(None);
         let key = format!("{}{role}", session.settings.etcd.leaders_prefix());
-        let campaign = Campaign { session, key, leading: leading_tx, leader: leader_tx };
+        let campaign =
+            Campaign { session, key: key.clone(), leading: leading_tx, leader: leader_tx };
         tokio::spawn(async move {
             tokio::select! {
                 _ = cancel.cancelled() => campaign.resign().await,
                 _ = campaign.run() => {}
             }
         });
-        Leadership { leading, leader }
+        Leadership { key: key.into(), leading, leader }
+    }
+
+    /// The key the leader holds, `<prefix>leaders/<role>`: writes only the leader may
+    /// make compare its lease with their own, so that one that lost the role cannot make
+    /// them.
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// Whether this replica leads the role now.

@@ -4,12 +4,14 @@
 //! for the parts that follow etcd; `profiles` reads and follows the profiles held in
 //! etcd; `nodes` registers this replica; `health` the health views agreed across
 //! replicas; `overrides` shares drains and weights (`override_record`: how they are kept in
-//! etcd); `leader` chooses one replica to lead a role (the load control step).
+//! etcd); `leader` chooses one replica to lead a role; `load` shares the load shares its
+//! leader computes.
 
 pub mod etcd;
 pub mod follow;
 pub mod health;
 pub mod leader;
+pub mod load;
 pub mod nodes;
 pub mod override_record;
 pub mod overrides;
