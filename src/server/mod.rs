@@ -15,6 +15,7 @@ pub mod dnstap;
 pub mod fdlimit;
 pub mod key_timing;
 pub mod last_reload;
+pub mod load;
 pub mod overrides;
 pub mod presign;
 pub mod reloader;
