@@ -54,6 +54,7 @@ use reuse::Reuse;
 use crate::geo::World;
 use crate::model::cluster::ClusterSettings;
 use crate::model::health::{HealthTable, Status};
+use crate::model::load::LoadTable;
 use crate::model::snapshot::{
     AdminLimits, AdminTls, AdminToken, Listen, Snapshot, TcpLimits, TokenRole,
 };
@@ -342,6 +343,9 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.cluster = cluster;
     snapshot.probe_source = probe_source;
     snapshot.rum = rum;
+    let prev_load = previous.map(|p| (p.profiles.as_slice(), &*p.load));
+    let slots = snapshot.health.len();
+    snapshot.load = Arc::new(LoadTable::carried_over(slots, &snapshot.profiles, prev_load));
     snapshot
 }
 

@@ -398,6 +398,7 @@ impl Builder<'_, '_> {
             weight_override: None,
             health_slot: None,
             monitor: if always_serve { None } else { monitor.map(Box::new) },
+            load: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod counters;
 pub mod dnssec;
 pub mod events;
 pub mod health;
+pub mod load;
 pub mod presigned;
 pub mod profile;
 pub mod sigcache;
@@ -20,6 +21,7 @@ pub mod zone;
 
 pub use counters::{Outcome, QueryCounters, Tally};
 pub use health::{HealthTable, HealthView, Status};
+pub use load::{LoadTable, Share};
 pub use profile::*;
 pub use snapshot::{AdminLimits, AdminTls, AdminToken, Listen, Snapshot, TcpLimits, TokenRole};
 pub use zone::Zone;

@@ -269,6 +269,9 @@ pub struct Endpoint {
     /// read only when probes are planned, and inline it would be most of the endpoint's
     /// size in every snapshot.
     pub monitor: Option<Box<Monitor>>,
+    /// `load:`: where the endpoint's load is read; `None` without one (and for nested
+    /// endpoints). Boxed for the same reason as `monitor`.
+    pub load: Option<Box<super::load::LoadFeed>>,
 }
 
 impl Endpoint {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::cluster::ClusterSettings;
 use super::counters::QueryCounters;
 use super::health::HealthTable;
+use super::load::{LoadRules, LoadTable};
 use super::presigned::Presigned;
 use super::profile::{Profile, ProfileId, Target, families_from_children};
 use super::sign_counts::SignCounts;
@@ -206,6 +207,10 @@ pub struct Snapshot {
     pub probe_source: ProbeSource,
     /// `rum:`: real user measurements; `None`: off.
     pub rum: Option<Arc<crate::geo::rum::RumSettings>>,
+    /// `load:`; `None` when no endpoint has a load feed.
+    pub load_rules: Option<Arc<LoadRules>>,
+    /// Each endpoint's effective share, by health slot (full without load feedback).
+    pub load: Arc<LoadTable>,
 }
 
 impl Snapshot {
@@ -218,6 +223,7 @@ impl Snapshot {
     ) -> Snapshot {
         let zone_index = zones.iter().enumerate().map(|(i, z)| (z.origin.clone(), i)).collect();
         let counters = Arc::new(QueryCounters::new(profiles.len(), zones.len(), health.len()));
+        let load = Arc::new(LoadTable::new(health.len()));
         let profiles = profiles.into_iter().map(Arc::new).collect();
         let cookies = Secrets::of_this_process();
         let rate_limit = None;
@@ -240,6 +246,8 @@ impl Snapshot {
             cluster,
             probe_source: ProbeSource::default(),
             rum: None,
+            load_rules: None,
+            load,
         }
     }
 
@@ -319,6 +327,8 @@ impl Snapshot {
             probe_source: self.probe_source,
             sign_counts: self.sign_counts.clone(),
             rum: self.rum.clone(),
+            load_rules: self.load_rules.clone(),
+            load: self.load.clone(),
         }
     }
 }

@@ -85,6 +85,7 @@ impl Lab {
             weight_override: None,
             health_slot: (!nested).then_some(self.slots),
             monitor: None,
+            load: None,
         });
         if !nested {
             self.slots += 1;
