@@ -19,6 +19,7 @@ mod files;
 mod geographic;
 mod host;
 pub mod keyfile;
+pub mod load;
 mod monitor;
 pub mod overrides;
 mod par;
@@ -54,7 +55,7 @@ use reuse::Reuse;
 use crate::geo::World;
 use crate::model::cluster::ClusterSettings;
 use crate::model::health::{HealthTable, Status};
-use crate::model::load::LoadTable;
+use crate::model::load::{LoadRules, LoadTable};
 use crate::model::snapshot::{
     AdminLimits, AdminTls, AdminToken, Listen, Snapshot, TcpLimits, TokenRole,
 };
@@ -183,6 +184,7 @@ fn load_with(
     let probe_source = probe::build(&mut Sink { file: path, errors: &mut errors }, &raw);
     let rum = rum::build(&mut Sink { file: path, errors: &mut errors }, raw.rum.as_ref(), &world)
         .map(Arc::new);
+    let load_rules = load::rules(&mut Sink { file: path, errors: &mut errors }, raw.load.as_ref());
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {
         ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
@@ -234,7 +236,8 @@ fn load_with(
         .unwrap_or_else(|| previous.map(|p| p.cache.overrides.clone()).unwrap_or_default());
     let dnstap =
         dnstap::build(&mut Sink { file: path, errors: &mut errors }, raw.log.as_ref(), &base);
-    let reuse = previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world));
+    let reuse =
+        previous.filter(|_| allow_reuse).and_then(|p| Reuse::new(p, &zones, &world, &load_rules));
     let previous = previous.map(|p| p.snapshot);
     let (sources, files) = match (source, &profiles_dir) {
         (ProfileSource::Remote(remote), _) => {
@@ -246,7 +249,7 @@ fn load_with(
     let reused = sources.iter().any(|s| matches!(s.doc, Doc::Reused(_)));
     let prev = previous.map_or(&[][..], |p| p.profiles.as_slice());
     let (mut profiles, origin_doc) =
-        profiles::build_all(&sources, prev, &zones, &world, &mut errors);
+        profiles::build_all(&sources, prev, &zones, &world, &load_rules, &mut errors);
     attach_profiles(&sources, &origin_doc, &profiles, &mut zones, &mut errors);
     let dropping = drop_aside(sources);
     if !errors.is_empty() {
@@ -259,8 +262,19 @@ fn load_with(
     let (kept, dropped) = overrides::apply(&mut profiles, &overrides);
     let cluster = cluster.map(Arc::new);
     let world = Arc::new(world);
-    let parts =
-        Parts { listen, zones, world, cookies, rate_limit, dnstap, cluster, probe_source, rum };
+    let load_rules = Some(Arc::new(load_rules));
+    let parts = Parts {
+        listen,
+        zones,
+        world,
+        cookies,
+        rate_limit,
+        dnstap,
+        cluster,
+        probe_source,
+        rum,
+        load_rules,
+    };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
     if let Some(d) = dropping {
@@ -289,6 +303,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         cluster: prev.cluster.clone(),
         probe_source: prev.probe_source,
         rum: prev.rum.clone(),
+        load_rules: prev.load_rules.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -321,13 +336,25 @@ struct Parts {
     cluster: Option<Arc<ClusterSettings>>,
     probe_source: crate::model::snapshot::ProbeSource,
     rum: Option<Arc<crate::geo::rum::RumSettings>>,
+    /// `None` when the profiles have no load feed (set by `assemble`).
+    load_rules: Option<Arc<LoadRules>>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
 /// then the whole.
 fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot>) -> Snapshot {
-    let Parts { listen, mut zones, world, cookies, rate_limit, dnstap, cluster, probe_source, rum } =
-        parts;
+    let Parts {
+        listen,
+        mut zones,
+        world,
+        cookies,
+        rate_limit,
+        dnstap,
+        cluster,
+        probe_source,
+        rum,
+        load_rules,
+    } = parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
     geographic::compile(&world, &mut profiles);
@@ -343,6 +370,8 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.cluster = cluster;
     snapshot.probe_source = probe_source;
     snapshot.rum = rum;
+    let fed = snapshot.profiles.iter().flat_map(|p| &p.endpoints).any(|e| e.load.is_some());
+    snapshot.load_rules = load_rules.filter(|_| fed);
     let prev_load = previous.map(|p| (p.profiles.as_slice(), &*p.load));
     let slots = snapshot.health.len();
     snapshot.load = Arc::new(LoadTable::carried_over(slots, &snapshot.profiles, prev_load));

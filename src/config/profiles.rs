@@ -18,6 +18,7 @@ use super::zones::parse_name;
 use crate::diag::{ConfigError, Pos, Sink};
 use crate::geo::World;
 use crate::hash::hash_str;
+use crate::model::load::LoadRules;
 use crate::model::zone::Zone;
 use crate::model::{Endpoint, Families, Method, Nested, Profile, Rules, Target};
 use crate::wire::name::WireName;
@@ -95,12 +96,13 @@ pub fn build_all(
     prev: &[Arc<Profile>],
     zones: &[Zone],
     world: &World,
+    load_rules: &LoadRules,
     errors: &mut Vec<ConfigError>,
 ) -> (Vec<Profile>, Vec<usize>) {
     let sole_origin = (zones.len() == 1).then(|| zones[0].origin.to_name());
     let sole_origin = sole_origin.as_ref();
     let Names { named, ids, rejected } = name_all(sources, prev, zones, sole_origin, errors);
-    let ctx = Context { prev, zones, sole_origin, world, ids: &ids };
+    let ctx = Context { prev, zones, sole_origin, world, ids: &ids, load_rules };
     let profiles = build_parallel(&ctx, sources, &named, errors);
     // Profiles whose name was rejected are still checked, so all their errors show at once.
     let placeholder = Named { wire: WireName::root(), zone: 0 };
@@ -118,16 +120,18 @@ struct Context<'a> {
     sole_origin: Option<&'a Name>,
     world: &'a World,
     ids: &'a HashMap<WireName, usize>,
+    load_rules: &'a LoadRules,
 }
 
 impl Context<'_> {
     fn build(&self, src: &Source, n: &Named, errors: &mut Vec<ConfigError>) -> Profile {
         let mut sink = Sink { file: &src.file, errors };
-        let (zones, ids, world) = (self.zones, self.ids, self.world);
+        let (zones, ids, world, load_rules) = (self.zones, self.ids, self.world, self.load_rules);
         match &src.doc {
             Doc::Raw(raw) => {
                 let sole_origin = self.sole_origin;
-                Builder { sink: &mut sink, zones, sole_origin, ids, world }.profile(raw, n)
+                Builder { sink: &mut sink, zones, sole_origin, ids, world, load_rules }
+                    .profile(raw, n)
             }
             Doc::Reused(old) => reuse::take_over(self.prev, *old, ids).unwrap_or_else(|e| {
                 sink.at(Pos::default(), e);
@@ -234,6 +238,8 @@ pub(super) struct Builder<'s, 'f> {
     pub(super) sole_origin: Option<&'s Name>,
     pub(super) ids: &'s HashMap<WireName, usize>,
     pub(super) world: &'s World,
+    /// The top-level `load:` rules: an endpoint's watermarks default to theirs.
+    pub(super) load_rules: &'s LoadRules,
 }
 
 impl Builder<'_, '_> {
@@ -358,6 +364,7 @@ impl Builder<'_, '_> {
             for (set, key) in [
                 (e.always_serve.as_deref().map(Pos::of), "always_serve"),
                 (e.monitor.as_deref().map(Pos::of), "monitor"),
+                (e.load.as_deref().map(Pos::of), "load"),
             ] {
                 if let Some(at) = set {
                     self.sink.at(at, format!("{key} does not apply to a nested endpoint (its status comes from the child profile)"));
@@ -376,6 +383,10 @@ impl Builder<'_, '_> {
                 e.monitor.as_deref().map(|m| &m.value),
                 Pos::of(ep),
             )
+        };
+        let load = match e.load.as_deref() {
+            Some(raw) if !nested => super::load::feed(self.sink, raw, self.load_rules),
+            _ => None,
         };
         let enabled = e.enabled.unwrap_or(true);
         let (max_weight, default_weight) = match method {
@@ -398,7 +409,7 @@ impl Builder<'_, '_> {
             weight_override: None,
             health_slot: None,
             monitor: if always_serve { None } else { monitor.map(Box::new) },
-            load: None,
+            load: load.map(Box::new),
         }
     }
 

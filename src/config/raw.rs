@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::schema::{
-    DegradedMatch, DurationText, EndpointName, ListenAddress, Network, ProbeProtocol,
+    DegradedMatch, DurationText, EndpointName, ListenAddress, Network, OnStaleName, ProbeProtocol,
     RoutingMethod, SourceAddress, Target, TokenRoleName,
 };
 
@@ -57,6 +57,41 @@ pub struct RawServer {
     pub probe: Option<RawProbe>,
     /// Real user measurements: a beacon in web pages measures each region's round trip.
     pub rum: Option<Loc<RawRum>>,
+    /// Load feedback: the rules that turn endpoints' loads into shares of their traffic
+    /// (docs/load.md). Applies to endpoints with a `load:` of their own.
+    pub load: Option<Loc<RawLoad>>,
+}
+
+/// `load:`: the control rules of load feedback (every key optional).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Load")]
+pub struct RawLoad {
+    /// One control step per interval; pulled feeds are read once per step: 100ms..1h
+    /// (default 5s).
+    #[schemars(with = "Option<DurationText>")]
+    pub interval: Option<Loc<String>>,
+    /// Utilisation at or below which an endpoint takes its full share: 0 <= low < high
+    /// (default 0.7).
+    pub low: Option<Loc<f64>>,
+    /// Utilisation at or above which an endpoint's share aims at 0: low < high <= 10
+    /// (default 0.9).
+    pub high: Option<Loc<f64>>,
+    /// The most a share moves in one step: above 0, at most 1 (default 0.1).
+    pub max_step: Option<Loc<f64>>,
+    /// Target moves smaller than this are ignored: 0 <= deadband < 1 (default 0.02).
+    pub deadband: Option<Loc<f64>>,
+    /// A reading older than this is stale: at least `interval` (default 3 x interval).
+    #[schemars(with = "Option<DurationText>")]
+    pub stale_after: Option<Loc<String>>,
+    /// What a stale reading means: `ignore` (the share returns to 1) or `overloaded` (the
+    /// share aims at 0) (default ignore).
+    #[schemars(with = "Option<OnStaleName>")]
+    pub on_stale: Option<Loc<String>>,
+    /// How long one pulled feed request may take: 10ms..interval (default 2s, or the
+    /// interval when shorter).
+    #[schemars(with = "Option<DurationText>")]
+    pub timeout: Option<Loc<String>>,
 }
 
 /// `probe:`: settings of every health probe.
@@ -607,6 +642,9 @@ pub struct RawEndpoint {
     pub zone: Option<Box<Loc<String>>>,
     /// Keys merged over the profile's `monitor`; not on nested endpoints.
     pub monitor: Option<Box<Loc<RawMonitor>>>,
+    /// Where the endpoint's load is read, and what it can take (docs/load.md); not on
+    /// nested endpoints.
+    pub load: Option<Box<Loc<RawEndpointLoad>>>,
     /// Nested: the child counts online with at least this many online endpoints, 1..1000
     /// (default 1).
     pub min_child_endpoints: Option<Box<Loc<Int>>>,
@@ -614,6 +652,31 @@ pub struct RawEndpoint {
     pub min_child_endpoints_ipv4: Option<Box<Loc<Int>>>,
     /// Nested: and at least this many serving IPv6 endpoints, 0..1000 (default 0).
     pub min_child_endpoints_ipv6: Option<Box<Loc<Int>>>,
+}
+
+/// An endpoint's `load:`: a pulled `url` or `pushed: true`, and the capacity.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "EndpointLoad")]
+pub struct RawEndpointLoad {
+    /// utilisation = load / capacity: a number above 0.
+    pub capacity: Loc<f64>,
+    /// http or https URL read once per `load.interval`; the body is JSON (a number, or
+    /// one at `json_pointer`) or a Prometheus text exposition (with `metric`). Exactly one
+    /// of `url` and `pushed`.
+    pub url: Option<Loc<String>>,
+    /// true: the load is only set through the admin API.
+    pub pushed: Option<Loc<bool>>,
+    /// With `url`: the RFC 6901 pointer of the number in the JSON body (`/load`); absent:
+    /// the body is the number.
+    pub json_pointer: Option<Loc<String>>,
+    /// With `url`: the Prometheus sample to read, `name` or `name{label="value",...}`
+    /// (equality matchers only). Not with `json_pointer`.
+    pub metric: Option<Loc<String>>,
+    /// This endpoint's own low watermark (default `load.low`).
+    pub low: Option<Loc<f64>>,
+    /// This endpoint's own high watermark (default `load.high`).
+    pub high: Option<Loc<f64>>,
 }
 
 /// groups: an endpoint group with a traffic dial.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::Previous;
 use crate::geo::World;
+use crate::model::load::LoadRules;
 use crate::model::snapshot::Snapshot;
 use crate::model::zone::Zone;
 use crate::model::{Profile, Target};
@@ -65,8 +66,15 @@ pub struct Reuse<'a> {
 
 impl<'a> Reuse<'a> {
     /// `None` when anything a profile's validation reads besides its own file changed.
-    pub fn new(prev: Previous<'a>, zones: &[Zone], world: &World) -> Option<Reuse<'a>> {
-        same_context(prev.snapshot, zones, world).then(|| Reuse {
+    pub fn new(
+        prev: Previous<'a>,
+        zones: &[Zone],
+        world: &World,
+        load_rules: &LoadRules,
+    ) -> Option<Reuse<'a>> {
+        let same =
+            same_context(prev.snapshot, zones, world) && same_watermarks(prev.snapshot, load_rules);
+        same.then(|| Reuse {
             files: prev.cache.files.iter().map(|f| (f.path.as_path(), f)).collect(),
         })
     }
@@ -92,6 +100,13 @@ fn same_context(prev: &Snapshot, zones: &[Zone], world: &World) -> bool {
         && Arc::ptr_eq(&prev.world.regions, &world.regions)
         && prev.world.az_names == world.az_names
         && same_latency_regions
+}
+
+/// An endpoint's watermarks default to the top-level ones: a profile with a load feed
+/// validates differently when they change. Without any feed in the running snapshot, no
+/// profile taken over has one.
+fn same_watermarks(prev: &Snapshot, rules: &LoadRules) -> bool {
+    prev.load_rules.as_ref().is_none_or(|r| (r.low, r.high) == (rules.low, rules.high))
 }
 
 /// A file's content identity; with the length, a change that keeps the hash is
@@ -146,7 +161,9 @@ mod tests {
         let loaded = crate::config::load(&dir.path().join("steerdns.yaml"), None).unwrap();
         let snap = &loaded.snapshot;
         std::fs::write(profiles.join("b.yaml"), b("weighted", "# edited\n")).unwrap();
-        let reuse = Reuse::new(loaded.previous(), &snap.zones, &snap.world).expect("same context");
+        let rules = crate::model::load::LoadRules::default();
+        let reuse =
+            Reuse::new(loaded.previous(), &snap.zones, &snap.world, &rules).expect("same context");
         let mut errors = Vec::new();
         let (sources, _) = read_dir(&profiles, Some(&reuse), &Limits::default(), &mut errors);
         assert!(errors.is_empty(), "{errors:?}");

@@ -233,6 +233,12 @@ text_schema!(
 );
 
 text_schema!(
+    /// `load.on_stale`, as `load::rules` reads it.
+    OnStaleName as "OnStale",
+    json_schema!({ "type": "string", "enum": ["ignore", "overloaded"] })
+);
+
+text_schema!(
     /// `admin.tokens[].role`, as `config::token_role` reads it.
     TokenRoleName as "TokenRole",
     json_schema!({ "type": "string", "enum": ["read", "write"] })
