@@ -169,6 +169,18 @@ impl Server {
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         server.tasks.spawn(save_events(server.control.clone(), server.cancel.clone()));
+        // In a cluster only the leader of the `load` role steps and every replica applies
+        // what etcd holds: set before the loop starts, so that no replica steps alone.
+        if let Some(s) = &session {
+            let cancel = server.cancel.clone();
+            let leading =
+                cluster::leader::Leadership::start(s.clone(), cluster::load::ROLE, cancel);
+            let (loads, shared) = (server.control.load.clone(), server.control.shared.clone());
+            let cancel = server.cancel.clone();
+            let publisher =
+                cluster::load::ClusterLoad::start(s.clone(), leading, loads, shared, cancel);
+            server.control.load.set_publisher(publisher);
+        }
         // Idles until some endpoint has a `load:`.
         server.tasks.spawn(load::run::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
