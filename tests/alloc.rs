@@ -498,6 +498,11 @@ fn many_profiles() -> String {
 /// The example configuration with its profiles replaced by `many_profiles` and its latency
 /// table by one of `MANY_REGIONS` regions.
 fn many_config(dir: &Path) -> Snapshot {
+    many_config_with(dir, &many_profiles())
+}
+
+/// `many_config` with `profiles` as its one profile file.
+fn many_config_with(dir: &Path, profiles: &str) -> Snapshot {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let example = std::fs::read_to_string(root.join("steerdns.yaml")).unwrap();
     let yaml = example
@@ -513,7 +518,7 @@ fn many_config(dir: &Path) -> Snapshot {
     std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
     std::fs::write(dir.join("latency.yaml"), many_regions_table()).unwrap();
     std::fs::create_dir(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("profiles/many.yaml"), many_profiles()).unwrap();
+    std::fs::write(dir.join("profiles/many.yaml"), profiles).unwrap();
     steerdns::config::load(&dir.join("steerdns.yaml"), None).unwrap().snapshot
 }
 
@@ -521,7 +526,32 @@ fn many_config(dir: &Path) -> Snapshot {
 fn profiles_past_every_inline_size_allocate_nothing() {
     let _turn = turn();
     let dir = tempfile::tempdir().unwrap();
-    let snap = many_config(dir.path());
+    assert_many_allocate_nothing(&many_config(dir.path()));
+}
+
+/// The same profiles with every endpoint fed and load shares set (some spilling, some
+/// above high, some at 0): the draws and spills allocate nothing either.
+#[test]
+fn queries_with_load_shares_allocate_nothing() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let fed = many_profiles()
+        .replace("always_serve: true", "always_serve: true, load: { capacity: 100, pushed: true }");
+    let snap = many_config_with(dir.path(), &fed);
+    assert!(snap.load_rules.is_some(), "the endpoints are fed");
+    for slot in 0..snap.load.len() {
+        let (share, above_high) = match slot % 4 {
+            0 => (0.5, false),
+            1 => (0.0, false),
+            2 => (0.3, true),
+            _ => (1.0, false),
+        };
+        snap.load.set(slot, share, above_high);
+    }
+    assert_many_allocate_nothing(&snap);
+}
+
+fn assert_many_allocate_nothing(snap: &Snapshot) {
     let clients =
         ["198.51.100.0/24", "192.0.2.0/24", "192.0.2.128/25", "10.1.0.0/16", "203.0.113.0/24"];
     let names = [
@@ -554,7 +584,7 @@ fn profiles_past_every_inline_size_allocate_nothing() {
                 now: 1_800_000_000,
                 measured: None,
             };
-            respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
+            respond(snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
         };
         // Warm up: the scratch space and the output buffer reach their working sizes.
         for _ in 0..10 {

@@ -27,6 +27,11 @@ pub enum Kind {
     WeightCleared,
     /// A load could not apply an override (`reason`).
     OverrideDropped,
+    /// Loads began to be pushed to an endpoint through the admin API (`to`: the load);
+    /// the pushes that follow while it is live are not recorded.
+    LoadPushed,
+    /// A pushed load was cleared.
+    LoadCleared,
 }
 
 impl Kind {
@@ -38,6 +43,8 @@ impl Kind {
             Kind::Weight => "weight",
             Kind::WeightCleared => "weight_cleared",
             Kind::OverrideDropped => "override_dropped",
+            Kind::LoadPushed => "load_pushed",
+            Kind::LoadCleared => "load_cleared",
         }
     }
 
@@ -49,6 +56,8 @@ impl Kind {
             Kind::Weight,
             Kind::WeightCleared,
             Kind::OverrideDropped,
+            Kind::LoadPushed,
+            Kind::LoadCleared,
         ];
         all.into_iter().find(|k| k.as_str() == text)
     }

@@ -307,3 +307,367 @@ impl LoadTable {
         table
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    fn feed(capacity: f64) -> LoadFeed {
+        LoadFeed { capacity, source: FeedSource::Pushed, low: 0.7, high: 0.9 }
+    }
+
+    fn at(share: f64) -> EndpointLoad {
+        EndpointLoad { share, target: share, ..EndpointLoad::FULL }
+    }
+
+    /// Every branch of the rule, on capacity 100 with low 0.7, high 0.9, max_step 0.1 and
+    /// deadband 0.02 unless the case says otherwise. Expected targets are worked by hand
+    /// from high / (high − low + k).
+    #[test]
+    fn step_follows_the_rule_in_every_branch() {
+        struct Case {
+            what: &'static str,
+            rules: LoadRules,
+            prev: EndpointLoad,
+            reading: Reading,
+            // (target, share, stale, above_high)
+            want: (f64, f64, bool, bool),
+        }
+        let d = LoadRules::default;
+        let with = |f: fn(&mut LoadRules)| {
+            let mut r = LoadRules::default();
+            f(&mut r);
+            r
+        };
+        let fresh = |load| Reading::Fresh { load };
+        let held = EndpointLoad { above_high: true, ..at(0.8) };
+        let held = EndpointLoad { target: 0.5294, ..held };
+        let cases = [
+            Case {
+                what: "below low",
+                rules: d(),
+                prev: at(1.0),
+                reading: fresh(50.0),
+                want: (1.0, 1.0, false, false),
+            },
+            Case {
+                what: "below low, share returns",
+                rules: d(),
+                prev: at(0.5),
+                reading: fresh(20.0),
+                want: (1.0, 0.6, false, false),
+            },
+            Case {
+                what: "between: k 0.8",
+                rules: d(),
+                prev: at(1.0),
+                reading: fresh(80.0),
+                want: (0.9, 0.9, false, false),
+            },
+            Case {
+                what: "between, at the fixed point",
+                rules: d(),
+                prev: at(0.9),
+                reading: fresh(72.0),
+                want: (0.9, 0.9, false, false),
+            },
+            Case {
+                what: "above high: k 1.5",
+                rules: d(),
+                prev: at(1.0),
+                reading: fresh(150.0),
+                want: (0.9 / 1.7, 0.9, false, true),
+            },
+            Case {
+                what: "above high at half share: k 2",
+                rules: d(),
+                prev: at(0.5),
+                reading: fresh(100.0),
+                want: (0.9 / 2.2, 0.409090909, false, true),
+            },
+            Case {
+                what: "after above high, target held",
+                rules: d(),
+                prev: held,
+                reading: fresh(10.0),
+                want: (0.5294, 0.7, false, false),
+            },
+            Case {
+                what: "stale, ignore",
+                rules: d(),
+                prev: at(0.5),
+                reading: Reading::Stale,
+                want: (1.0, 0.6, true, false),
+            },
+            Case {
+                what: "stale, overloaded",
+                rules: with(|r| r.on_stale = OnStale::Overloaded),
+                prev: at(0.5),
+                reading: Reading::Stale,
+                want: (0.0, 0.4, true, true),
+            },
+            Case {
+                what: "not a number is stale",
+                rules: d(),
+                prev: at(0.5),
+                reading: fresh(f64::NAN),
+                want: (1.0, 0.6, true, false),
+            },
+            Case {
+                what: "negative load is none",
+                rules: d(),
+                prev: at(0.5),
+                reading: fresh(-5.0),
+                want: (1.0, 0.6, false, false),
+            },
+            Case {
+                what: "deadband: 0.03 below target, 0.05 band",
+                rules: with(|r| r.deadband = 0.05),
+                prev: at(0.93),
+                reading: fresh(74.4),
+                want: (0.9, 0.93, false, false),
+            },
+            Case {
+                what: "deadband: 0.03 below target, 0.02 band",
+                rules: d(),
+                prev: at(0.93),
+                reading: fresh(74.4),
+                want: (0.9, 0.9, false, false),
+            },
+            Case {
+                what: "deadband never keeps a share short of full",
+                rules: d(),
+                prev: at(0.99),
+                reading: fresh(10.0),
+                want: (1.0, 1.0, false, false),
+            },
+            Case {
+                what: "max_step limits a fall",
+                rules: d(),
+                prev: at(1.0),
+                reading: fresh(300.0),
+                want: (0.28125, 0.9, false, true),
+            },
+            Case {
+                what: "max_step 1 sheds at once",
+                rules: with(|r| r.max_step = 1.0),
+                prev: at(1.0),
+                reading: fresh(300.0),
+                want: (0.28125, 0.28125, false, true),
+            },
+            Case {
+                what: "share below 0.05: g(u) below low",
+                rules: d(),
+                prev: at(0.04),
+                reading: fresh(2.0),
+                want: (1.0, 0.14, false, false),
+            },
+            Case {
+                what: "share below 0.05: g(u) between",
+                rules: d(),
+                prev: at(0.04),
+                reading: fresh(80.0),
+                want: (0.5, 0.14, false, false),
+            },
+            Case {
+                what: "share below 0.05: g(u) above high",
+                rules: d(),
+                prev: at(0.04),
+                reading: fresh(95.0),
+                want: (0.0, 0.0, false, true),
+            },
+        ];
+        for c in cases {
+            let got = step(&c.rules, &feed(100.0), &c.prev, c.reading);
+            let (target, share, stale, above_high) = c.want;
+            let ok = (got.target - target).abs() < 1e-4
+                && (got.share - share).abs() < 1e-4
+                && got.stale == stale
+                && got.above_high == above_high;
+            assert!(ok, "{}: got {got:?}, want {:?}", c.what, c.want);
+            match c.reading {
+                Reading::Fresh { load } if load.is_finite() => {
+                    assert_eq!(got.load, Some(load.max(0.0)), "{}", c.what);
+                    assert_eq!(got.utilisation, Some(load.max(0.0) / 100.0), "{}", c.what);
+                }
+                _ => assert_eq!((got.load, got.utilisation), (None, None), "{}", c.what),
+            }
+        }
+        let loaded = EndpointLoad { above_high: true, ..at(0.2) };
+        assert_eq!(step(&d(), &feed(100.0), &loaded, Reading::NoFeed), EndpointLoad::FULL);
+    }
+
+    /// The target is the fixed point of the watermark rule: share = g(k · share), for any
+    /// watermarks and any utilisation at full share (a seeded search over random values).
+    #[test]
+    fn the_target_is_the_watermark_rules_fixed_point() {
+        let mut rng = SmallRng::seed_from_u64(6901);
+        for _ in 0..100_000 {
+            let low = rng.random_range(0.0..9.9);
+            let high = rng.random_range(low + 0.001..=10.0);
+            let k = rng.random_range(0.0..30.0);
+            let s = fixed_point(low, high, k);
+            assert!((0.0..=1.0).contains(&s));
+            let g = watermark(low, high, k * s);
+            assert!((s - g).abs() < 1e-9, "low {low} high {high} k {k}: s {s}, g(k s) {g}");
+        }
+    }
+
+    /// What the controller does over time against a plant whose utilisation follows the
+    /// share: a demand, per step, and the loads each endpoint reports for the shares.
+    fn simulate(
+        rules: &LoadRules,
+        feeds: &[LoadFeed],
+        demand: &[f64],
+        plant: impl Fn(f64, &[f64]) -> Vec<f64>,
+    ) -> Vec<Vec<f64>> {
+        let mut state = vec![EndpointLoad::FULL; feeds.len()];
+        let mut shares = Vec::new();
+        for &d in demand {
+            let now: Vec<f64> = state.iter().map(|s| s.share).collect();
+            let loads = plant(d, &now);
+            for ((s, f), load) in state.iter_mut().zip(feeds).zip(loads) {
+                *s = step(rules, f, s, Reading::Fresh { load });
+            }
+            shares.push(now);
+        }
+        shares
+    }
+
+    /// After each change of demand (at `starts`), the share settles within
+    /// ceil(|Δ| / max_step) + 2 steps of the change to within `band` of `settled`, never
+    /// passes it by more than `band`, and changes direction at most once.
+    fn assert_settles(
+        rules: &LoadRules,
+        band: f64,
+        series: &[f64],
+        starts: &[usize],
+        settled: &[f64],
+    ) {
+        for (seg, (&start, &target)) in starts.iter().zip(settled).enumerate() {
+            let end = starts.get(seg + 1).copied().unwrap_or(series.len());
+            let part = &series[start..end];
+            let from = part[0];
+            let bound = ((target - from).abs() / rules.max_step - 1e-9).ceil() as usize + 2;
+            let settle = part.iter().position(|s| (s - target).abs() <= band);
+            let settle = settle.unwrap_or_else(|| panic!("segment {seg} never settles: {part:?}"));
+            assert!(settle <= bound, "segment {seg}: settles after {settle} > {bound}: {part:?}");
+            assert!(
+                part[settle..].iter().all(|s| (s - target).abs() <= band),
+                "segment {seg} leaves {target} after settling: {part:?}"
+            );
+            let over = part.iter().map(|s| if target < from { target - s } else { s - target });
+            let overshoot = over.fold(0.0, f64::max);
+            assert!(overshoot <= band + 1e-9, "segment {seg}: overshoot {overshoot}: {part:?}");
+            let moves: Vec<f64> =
+                part.windows(2).map(|w| w[1] - w[0]).filter(|d| d.abs() > 1e-12).collect();
+            let turns = moves.windows(2).filter(|m| m[0].signum() != m[1].signum()).count();
+            assert!(turns <= 1, "segment {seg}: {turns} changes of direction: {part:?}");
+        }
+    }
+
+    /// One endpoint, utilisation = demand · share / capacity, demand stepping up and down.
+    #[test]
+    fn one_endpoint_settles_without_oscillating() {
+        let rules = LoadRules::default();
+        let f = feed(1000.0);
+        let (changes, levels) = ([0, 10, 30, 50, 70], [500.0, 1500.0, 2500.0, 1200.0, 600.0]);
+        let mut demand = Vec::new();
+        for (i, &d) in levels.iter().enumerate() {
+            let until = changes.get(i + 1).copied().unwrap_or(90);
+            demand.resize(until, d);
+        }
+        let shares = simulate(&rules, std::slice::from_ref(&f), &demand, |d, s| vec![d * s[0]]);
+        let series: Vec<f64> = shares.iter().map(|s| s[0]).collect();
+        // The fixed point with k = demand / capacity, worked by hand.
+        let settled = [1.0, 0.9 / 1.7, 0.9 / 2.7, 0.9 / 1.4, 1.0];
+        assert_settles(&rules, rules.deadband, &series, &changes, &settled);
+        for (&start, &s) in changes.iter().zip(&settled) {
+            assert!((fixed_point(f.low, f.high, demand[start] / 1000.0) - s).abs() < 1e-12);
+        }
+    }
+
+    /// Two endpoints sharing one demand through weighted routing (effective weight =
+    /// weight × share): `a` (capacity 1000) sheds to `b` (capacity 3000), which stays below
+    /// low. The settled share of `a` is the plant's own fixed point, found by bisection.
+    #[test]
+    fn two_weighted_endpoints_settle_on_the_plants_fixed_point() {
+        let rules = LoadRules::default();
+        let feeds = [feed(1000.0), feed(3000.0)];
+        let (changes, levels) = ([0, 10, 30, 50], [1000.0, 1800.0, 2600.0, 1300.0]);
+        let mut demand = Vec::new();
+        for (i, &d) in levels.iter().enumerate() {
+            demand.resize(changes.get(i + 1).copied().unwrap_or(70), d);
+        }
+        let plant = |d: f64, s: &[f64]| {
+            let total = s[0] + s[1];
+            vec![d * s[0] / total, d * s[1] / total]
+        };
+        let shares = simulate(&rules, &feeds, &demand, plant);
+        // a's share s solves s = g(u_a) with u_a = d · s / (s + 1) / 1000 (b at share 1).
+        let fixed = |d: f64| {
+            let f = |s: f64| s - watermark(0.7, 0.9, d * s / (s + 1.0) / 1000.0);
+            let (mut lo, mut hi) = (0.0, 1.0);
+            if f(hi) <= 0.0 {
+                return 1.0;
+            }
+            for _ in 0..100 {
+                let mid = (lo + hi) / 2.0;
+                if f(mid) > 0.0 { hi = mid } else { lo = mid }
+            }
+            lo
+        };
+        let settled: Vec<f64> = levels.iter().map(|&d| fixed(d)).collect();
+        let a: Vec<f64> = shares.iter().map(|s| s[0]).collect();
+        // The controller's k = u / share assumes a's traffic follows its share alone; here
+        // shedding also shrinks the total weight, so a's utilisation falls less than in
+        // proportion, and the deadband (which stops the share once its target is that
+        // close) leaves it up to deadband / (1 − d target / d share) ≈ 1.4 deadbands from
+        // the plant's fixed point at these demands.
+        assert_settles(&rules, 2.0 * rules.deadband, &a, &changes, &settled);
+        assert!(shares.iter().all(|s| s[1] == 1.0), "b never sheds: {shares:?}");
+        assert!(settled[1] < 0.9 && settled[2] < settled[1], "the demands load a: {settled:?}");
+    }
+
+    /// The worked example of docs/load.md: capacity 1000, demand 1500 at full share.
+    #[test]
+    fn the_documented_example_holds() {
+        let rules = LoadRules::default();
+        let f = feed(1000.0);
+        let mut state = EndpointLoad::FULL;
+        let mut rows = Vec::new();
+        for _ in 0..6 {
+            let load = 1500.0 * state.share;
+            state = step(&rules, &f, &state, Reading::Fresh { load });
+            let r = |x: f64| (x * 100.0).round() / 100.0;
+            rows.push((r(load / 1000.0), state.above_high, r(state.target), r(state.share)));
+        }
+        let want = [
+            (1.5, true, 0.53, 0.9),
+            (1.35, true, 0.53, 0.8),
+            (1.2, true, 0.53, 0.7),
+            (1.05, true, 0.53, 0.6),
+            (0.9, true, 0.53, 0.53),
+            (0.79, false, 0.53, 0.53),
+        ];
+        assert_eq!(rows, want);
+    }
+
+    #[test]
+    fn the_table_packs_share_and_flag() {
+        let t = LoadTable::new(3);
+        assert!((0..3).all(|i| t.get(i).is_full()));
+        t.set(1, 0.25, true);
+        t.set(2, 1.5, false);
+        t.set(7, 0.5, false);
+        assert_eq!(t.get(1), Share { fraction: 16384, above_high: true });
+        assert!((t.get(1).as_f64() - 0.25).abs() < 1e-4);
+        assert!(t.get(2).is_full(), "clamped to 1");
+        assert!(t.get(7).is_full(), "past the end: full");
+        t.set(0, 0.0, false);
+        assert_eq!(t.get(0), Share { fraction: 0, above_high: false });
+    }
+}

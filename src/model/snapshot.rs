@@ -278,6 +278,12 @@ impl Snapshot {
         zone.node(name.as_bytes())?.profile
     }
 
+    /// The load table routing applies: `None` when no endpoint has a load feed.
+    #[inline]
+    pub fn load_table(&self) -> Option<&LoadTable> {
+        self.load_rules.as_ref().map(|_| &*self.load)
+    }
+
     pub fn endpoint_count(&self) -> usize {
         self.profiles.iter().map(|p| p.endpoints.len()).sum()
     }

@@ -15,7 +15,7 @@ use super::{Packet, Transport, respond};
 use crate::geo::rum::MeasuredLatency;
 use crate::model::health::{HealthView, Status};
 use crate::model::snapshot::Snapshot;
-use crate::routing::Trace;
+use crate::routing::{LoadLookup, Trace};
 use crate::wire::Rcode;
 use crate::wire::name::WireName;
 
@@ -125,8 +125,34 @@ pub fn explain(
     client: IpAddr,
     measured: Option<&MeasuredLatency>,
 ) -> Explanation {
+    explain_traced(snap, health, name, qtype, client, measured, Trace::default())
+}
+
+/// `explain`, with what the load control loop last computed for each endpoint (`loads`,
+/// by profile and endpoint name): the trace then shows a loaded endpoint's load,
+/// utilisation and target beside its share and what the draw did.
+pub fn explain_with_loads(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    name: &Name,
+    qtype: RecordType,
+    client: IpAddr,
+    measured: Option<&MeasuredLatency>,
+    loads: LoadLookup,
+) -> Explanation {
+    explain_traced(snap, health, name, qtype, client, measured, Trace::with_loads(loads))
+}
+
+fn explain_traced(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    name: &Name,
+    qtype: RecordType,
+    client: IpAddr,
+    measured: Option<&MeasuredLatency>,
+    trace: Trace,
+) -> Explanation {
     const SEED: u64 = 0x005e_edde_c1de;
-    let trace = Trace::default();
     let query = query_bytes(name, qtype, client);
     let mut out = Vec::new();
     let mut rng = SmallRng::seed_from_u64(SEED);

@@ -106,6 +106,7 @@ pub fn respond<R: Rng + ?Sized>(
             let mut ctx = Ctx::new(&snap.profiles, health, &snap.world);
             ctx.trace = trace;
             ctx.measured = packet.measured;
+            ctx.load = snap.load_table();
             // The cookie of the reply: every reply to a query with a COOKIE option has one,
             // a truncated one too.
             let cookie = req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes));

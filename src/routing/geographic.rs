@@ -6,27 +6,44 @@ use crate::geo::{ByRegion, Classes};
 use crate::model::health::{HealthView, Status};
 use crate::model::{Compiled, Endpoint, Profile, Want};
 
-use super::status::endpoint_status;
-use super::{Ctx, Pick, Query};
+use rand::Rng;
 
-pub fn pick<'a, H: HealthView + ?Sized>(
+use super::load::{self, share_of};
+use super::status::endpoint_status;
+use super::{Ctx, Pick, Query, Scratch};
+
+pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
     by_region: &ByRegion,
     compiled: &Compiled,
     fallback_on_degraded: bool,
     q: Query<'_>,
+    rng: &mut R,
 ) -> Pick<'a> {
     ctx.note(|| q.client.located(ctx.world).to_string());
     if let (Some(classes), Some(addr)) = (&compiled.0, q.client.looked_up_addr()) {
-        return compiled_pick(ctx, profile, by_region, classes, addr, q);
+        match compiled_pick(ctx, profile, by_region, classes, addr, q) {
+            // A loaded match may spill up the hierarchy, which the walk below follows.
+            Pick::One { index, .. } if !share_of(ctx, &profile.endpoints[index]).is_full() => {}
+            pick => return pick,
+        }
     }
     // The answer depends only on the client's country and subdivision: its scope is the
     // widest block at that place, however many bits the client sent.
     let (chain, scope) = q.client.region_chain(ctx.world);
     ctx.note(|| format!("same place for the whole /{scope}"));
+    // Endpoints whose load share spilled this query (usually none: taken only on a spill).
+    let mut spilled: Option<Scratch<usize>> = None;
+    let best = |spilled: &Option<Scratch<usize>>| {
+        let list = spilled.as_deref()?;
+        list.iter().fold(None, |b, &i| Some(load::better(ctx, profile, b, i)))
+    };
     for &id in chain.ids() {
         let Some(i) = by_region.get(id) else { continue };
+        if spilled.as_deref().is_some_and(|s| s.contains(&i)) {
+            continue;
+        }
         let ep = &profile.endpoints[i];
         let code = ctx.world.regions.code(id);
         if !ep.enabled {
@@ -37,16 +54,39 @@ pub fn pick<'a, H: HealthView + ?Sized>(
         let status = endpoint_status(ctx, ep);
         ctx.note(|| format!("{code} matches endpoint {} ({status})", ep.name));
         if nodata(ctx, ep, status, q.want) {
-            return Pick::NoData { scope };
+            return answer_spilled(ctx, profile, best(&spilled), scope);
         }
         if fallback_on_degraded && !status.is_serving() {
             ctx.note(|| "degraded_match: fallback — continuing up the hierarchy".to_string());
             continue;
         }
+        if !load::keeps(ctx, profile, i, rng) {
+            spilled.get_or_insert_with(Scratch::take).push(i);
+            continue;
+        }
         return Pick::One { index: i, scope };
     }
-    ctx.note(|| "no region code matches".to_string());
-    Pick::NoData { scope }
+    if spilled.is_none() {
+        ctx.note(|| "no region code matches".to_string());
+    }
+    answer_spilled(ctx, profile, best(&spilled), scope)
+}
+
+/// Where the walk ends without a kept match: the best spilled endpoint, else NODATA.
+fn answer_spilled<'a, H: HealthView + ?Sized>(
+    ctx: Ctx<'a, H>,
+    profile: &Profile,
+    best: Option<usize>,
+    scope: u8,
+) -> Pick<'a> {
+    match best {
+        Some(i) => {
+            let name = &profile.endpoints[i].name;
+            ctx.note(|| format!("every match spilled: {name} has the highest share"));
+            Pick::One { index: i, scope }
+        }
+        None => Pick::NoData { scope },
+    }
 }
 
 /// The same decision from the compiled mapping: one walk gives the endpoint (class

@@ -9,6 +9,7 @@ use crate::model::health::HealthView;
 use crate::model::{Group, Profile};
 
 use super::dial::{self, Plan};
+use super::load;
 use super::status::endpoint_status;
 use super::weighted::{choose, sticky_key};
 use super::{Candidate, Candidates, Ctx, Pick, Query, Scratch};
@@ -35,7 +36,9 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     }
     let span = |g: usize| (if g == 0 { 0 } else { ends[g - 1] })..ends[g];
     let healthy: Scratch<bool> = Scratch::collect((0..groups.len()).map(|g| !span(g).is_empty()));
-    let dials: Scratch<u8> = Scratch::collect(groups.iter().map(|g| g.dial));
+    let dials: Scratch<u8> = Scratch::collect(
+        groups.iter().enumerate().map(|(g, group)| dial_of(ctx, profile, group, &serving[span(g)])),
+    );
     let plan = dial::plan(&order, &healthy, &dials);
     ctx.note(|| trace_plan(ctx.world, groups, &order, &regions, &healthy, &plan));
     let (group, draw_scope) = match &plan {
@@ -51,18 +54,41 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     };
     ctx.note(|| format!("group {} takes this query", groups[group].name));
     let cands = &serving[span(group)];
-    let (i, s) = choose(
-        profile,
-        cands,
-        |c| profile.endpoints[c.index].weight,
-        q.client,
-        profile.sticky,
-        rng,
-    );
+    let weight = |c: &Candidate| profile.endpoints[c.index].weight;
+    let (i, s) = if ctx.load.is_some() {
+        load::weighted(ctx, profile, cands, weight, q.client, rng)
+    } else {
+        choose(profile, cands, weight, q.client, profile.sticky, rng)
+    };
     Pick::One { index: i, scope: scope.max(draw_scope).max(s) }
 }
 
 /// Group indices ordered by the latency of their region (ties: configuration order).
+/// A group's traffic dial scaled by the mean load share of its serving endpoints, so a
+/// loaded group passes that much more of the traffic on to the next groups.
+fn dial_of<H: HealthView + ?Sized>(
+    ctx: Ctx<'_, H>,
+    profile: &Profile,
+    group: &Group,
+    serving: &[Candidate],
+) -> u8 {
+    if ctx.load.is_none() {
+        return group.dial;
+    }
+    let mean = load::mean_share(ctx, profile, serving);
+    if mean >= 1.0 {
+        return group.dial;
+    }
+    let dial = (f64::from(group.dial) * mean).round() as u8;
+    ctx.note(|| {
+        format!(
+            "group {}: traffic dial {}% × mean load share {mean:.2} → {dial}%",
+            group.name, group.dial
+        )
+    });
+    dial
+}
+
 fn group_order(groups: &[Group], regions: &[(usize, crate::geo::Metric)]) -> Scratch<usize> {
     let rank = |g: &Group| regions.iter().position(|(r, _)| *r == g.region).unwrap_or(usize::MAX);
     let mut order = Scratch::collect(0..groups.len());

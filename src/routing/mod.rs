@@ -8,6 +8,7 @@
 pub mod dial;
 mod geographic;
 mod groups;
+pub mod load;
 mod multivalue;
 mod name;
 mod performance;
@@ -27,6 +28,7 @@ use rand::Rng;
 use crate::geo::World;
 use crate::geo::rum::MeasuredLatency;
 use crate::model::health::{HealthTable, HealthView, Status};
+use crate::model::load::{EndpointLoad, LoadTable};
 use crate::model::{Endpoint, Profile, ProfileId, Rules, Snapshot, Target, Want};
 
 pub use crate::geo::Client;
@@ -45,11 +47,14 @@ pub struct Ctx<'a, H: HealthView + ?Sized> {
     /// The published real user measurements, when `rum:` is on: `routing: performance`
     /// ranks regions by them first.
     pub measured: Option<&'a MeasuredLatency>,
+    /// The endpoints' load shares, when any endpoint has a load feed (`load`); `None`
+    /// costs the query path one branch.
+    pub load: Option<&'a LoadTable>,
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
     pub fn new(profiles: &'a [Arc<Profile>], health: &'a H, world: &'a World) -> Self {
-        Ctx { profiles, health, world, trace: None, measured: None }
+        Ctx { profiles, health, world, trace: None, measured: None, load: None }
     }
 
     /// Records one line of the decision trace (only when tracing).
@@ -61,21 +66,43 @@ impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
 }
 
 /// The steps of one decision, in words, as `explain` shows them.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Trace {
     lines: RefCell<Vec<String>>,
+    loads: Option<LoadLookup>,
 }
 
+/// What the control loop last computed for an endpoint, by profile name (absolute, as
+/// `Profile::name`) and endpoint name.
+pub type LoadLookup = Box<dyn Fn(&str, &str) -> Option<EndpointLoad>>;
+
 impl Trace {
+    /// A trace that also shows each loaded endpoint's load, utilisation and target.
+    pub fn with_loads(loads: LoadLookup) -> Trace {
+        Trace { lines: RefCell::default(), loads: Some(loads) }
+    }
+
     pub fn into_lines(self) -> Vec<String> {
         self.lines.into_inner()
+    }
+
+    fn load_of(&self, profile: &str, endpoint: &str) -> Option<EndpointLoad> {
+        self.loads.as_ref().and_then(|f| f(profile, endpoint))
+    }
+}
+
+impl std::fmt::Debug for Trace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trace").field("lines", &self.lines).finish_non_exhaustive()
     }
 }
 
 impl<'a> Ctx<'a, HealthTable> {
     /// The snapshot's own profiles, live health and world.
     pub fn of(snap: &'a Snapshot) -> Self {
-        Ctx::new(&snap.profiles, &snap.health, &snap.world)
+        let mut ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
+        ctx.load = snap.load_table();
+        ctx
     }
 }
 
@@ -159,12 +186,12 @@ where
     let pick = match &profile.rules {
         Rules::Plain => plain(ctx, profile, q, rng),
         Rules::Geographic { by_region, fallback_on_degraded, compiled } => {
-            geographic::pick(ctx, profile, by_region, compiled, *fallback_on_degraded, q)
+            geographic::pick(ctx, profile, by_region, compiled, *fallback_on_degraded, q, rng)
         }
         Rules::Subnet { ranges, fallback, fallback_on_degraded } => {
-            subnet::pick(ctx, profile, ranges, *fallback, *fallback_on_degraded, q)
+            subnet::pick(ctx, profile, ranges, *fallback, *fallback_on_degraded, q, rng)
         }
-        Rules::Performance { region } => performance::pick(ctx, profile, region, q),
+        Rules::Performance { region } => performance::pick(ctx, profile, region, q, rng),
         Rules::Groups { groups } => groups::pick(ctx, profile, groups, q, rng),
         Rules::SameAz { az, safety_threshold } => {
             same_az::pick(ctx, profile, az, *safety_threshold, q, rng)
@@ -202,15 +229,18 @@ where
     H: HealthView + ?Sized,
     R: Rng + ?Sized,
 {
-    let eligible = eligible(ctx, profile, q.want);
+    let mut eligible = eligible(ctx, profile, q.want);
     if eligible.is_empty() {
         return Pick::NoData { scope: 0 };
     }
     match profile.method {
         crate::model::Method::Weighted => {
-            let (i, scope) = weighted::pick(profile, &eligible, q.client, rng);
-            Pick::One { index: i, scope }
+            let (i, scope) = weighted::pick(ctx, profile, &eligible, q.client, rng);
+            return Pick::One { index: i, scope };
         }
+        _ => load::thin(ctx, profile, &mut eligible, rng),
+    }
+    match profile.method {
         crate::model::Method::Multivalue => Pick::Many(multivalue::pick(profile, &eligible, rng)),
         _ => Pick::One { index: priority::pick(profile, &eligible), scope: 0 },
     }

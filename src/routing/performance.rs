@@ -14,16 +14,19 @@ use crate::model::health::HealthView;
 use super::weighted::sticky_pick;
 use super::{Candidates, Ctx, Pick, Query, Scratch, eligible};
 
-pub fn pick<'a, H: HealthView + ?Sized>(
+pub fn pick<'a, H: HealthView + ?Sized, R: rand::Rng + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
     region_of: &[usize],
     q: Query<'_>,
+    rng: &mut R,
 ) -> Pick<'a> {
-    let all = eligible(ctx, profile, q.want);
+    let mut all = eligible(ctx, profile, q.want);
     if all.is_empty() {
         return Pick::NoData { scope: 0 };
     }
+    // Spilled endpoints are left out, so a loaded nearest region spills to the next.
+    super::load::thin(ctx, profile, &mut all, rng);
     let mut order = Scratch::take();
     let static_scope = ctx.world.region_order(q.client, &mut order);
     ctx.note(|| ctx.world.describe_latency(q.client));

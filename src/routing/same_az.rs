@@ -21,10 +21,13 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     q: Query<'_>,
     rng: &mut R,
 ) -> Pick<'a> {
-    let all = eligible(ctx, profile, q.want);
+    let mut all = eligible(ctx, profile, q.want);
     if all.is_empty() {
         return Pick::NoData { scope: 0 };
     }
+    // Spilled endpoints are left out before zones are counted: the method runs again
+    // without them.
+    super::load::thin(ctx, profile, &mut all, rng);
     let hit = ctx.world.az_networks.lookup(q.client.addr);
     let scope = hit.scope;
     let mut local = Candidates::take();

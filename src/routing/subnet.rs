@@ -7,15 +7,19 @@ use crate::model::health::HealthView;
 use crate::netrange::RangeMap;
 
 use super::status::endpoint_status;
+use rand::Rng;
+
+use super::load;
 use super::{Ctx, Pick, Query};
 
-pub fn pick<'a, H: HealthView + ?Sized>(
+pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     ctx: Ctx<'a, H>,
     profile: &'a Profile,
     ranges: &RangeMap<usize>,
     fallback: Option<usize>,
     fallback_on_degraded: bool,
     q: Query<'_>,
+    rng: &mut R,
 ) -> Pick<'a> {
     let hit = ranges.lookup(q.client.addr);
     let scope = hit.scope;
@@ -56,7 +60,26 @@ pub fn pick<'a, H: HealthView + ?Sized>(
                 ctx.note(|| "degraded_match: fallback".to_string());
                 return fallback_or_nodata();
             }
-            answer(i)
+            // A loaded match spills to the fallback endpoint, if there is one to take it.
+            let other = fallback.filter(|&f| f != i && profile.endpoints[f].enabled);
+            match other {
+                Some(f) if !load::keeps(ctx, profile, i, rng) => {
+                    if load::keeps(ctx, profile, f, rng) {
+                        ctx.note(|| {
+                            format!("spilled to fallback endpoint {}", profile.endpoints[f].name)
+                        });
+                        answer(f)
+                    } else {
+                        let best = load::better(ctx, profile, Some(i), f);
+                        let name = &profile.endpoints[best].name;
+                        ctx.note(|| {
+                            format!("every candidate spilled: {name} has the highest share")
+                        });
+                        answer(best)
+                    }
+                }
+                _ => answer(i),
+            }
         }
         None => {
             ctx.note(|| format!("client {} is in no range; scope /{scope}", q.client.addr));

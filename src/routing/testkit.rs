@@ -16,6 +16,8 @@ pub struct Lab {
     pub profiles: Profiles,
     pub health: HealthTable,
     pub world: World,
+    /// The load shares, when an endpoint has a feed (`fed`); set them with `share`.
+    pub load: Option<crate::model::LoadTable>,
     slots: usize,
 }
 
@@ -25,6 +27,7 @@ impl Lab {
             profiles: Profiles::default(),
             health: HealthTable::new([]),
             world: World::empty(),
+            load: None,
             slots: 0,
         }
     }
@@ -107,11 +110,34 @@ impl Lab {
             }
         }
         self.health = HealthTable::new(statuses);
+        let fed = self.profiles.iter().flat_map(|p| &p.endpoints).any(|e| e.load.is_some());
+        self.load = fed.then(|| crate::model::LoadTable::new(self.slots));
         self
     }
 
     pub fn ctx(&self) -> Ctx<'_, HealthTable> {
-        Ctx::new(&self.profiles, &self.health, &self.world)
+        let mut ctx = Ctx::new(&self.profiles, &self.health, &self.world);
+        ctx.load = self.load.as_ref();
+        ctx
+    }
+
+    /// Gives endpoint `e` of profile `p` a pushed load feed of capacity 100 (before or
+    /// after `finish`).
+    pub fn fed(&mut self, p: usize, e: usize) {
+        let slots = self.slots;
+        self.load.get_or_insert_with(|| crate::model::LoadTable::new(slots));
+        self.profiles[p].endpoints[e].load = Some(Box::new(crate::model::load::LoadFeed {
+            capacity: 100.0,
+            source: crate::model::load::FeedSource::Pushed,
+            low: 0.7,
+            high: 0.9,
+        }));
+    }
+
+    /// Sets the load share of endpoint `e` of profile `p` (after `finish`).
+    pub fn share(&self, p: usize, e: usize, share: f64, above_high: bool) {
+        let slot = self.profiles[p].endpoints[e].health_slot.expect("a leaf endpoint");
+        self.load.as_ref().expect("an endpoint is fed").set(slot, share, above_high);
     }
 }
 

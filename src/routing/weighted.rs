@@ -12,14 +12,16 @@ use rand::Rng;
 use crate::hash::mix;
 use crate::model::Profile;
 
-use super::{Candidate, Client};
+use super::{Candidate, Client, Ctx};
+use crate::model::health::HealthView;
 
 /// Prefix lengths sticky picks hash on.
 pub const STICKY_V4: u8 = 24;
 pub const STICKY_V6: u8 = 56;
 
 /// Returns (index in profile, ECS scope).
-pub fn pick<R: Rng + ?Sized>(
+pub fn pick<H: HealthView + ?Sized, R: Rng + ?Sized>(
+    ctx: Ctx<'_, H>,
     profile: &Profile,
     eligible: &[Candidate],
     client: &Client,
@@ -30,6 +32,9 @@ pub fn pick<R: Rng + ?Sized>(
         0 if !any_weight => 1,
         w => w,
     };
+    if ctx.load.is_some() {
+        return super::load::weighted(ctx, profile, eligible, weight, client, rng);
+    }
     choose(profile, eligible, weight, client, profile.sticky, rng)
 }
 
