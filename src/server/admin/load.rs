@@ -40,13 +40,16 @@ pub async fn show(State(c): State<Shared>) -> Response {
         .collect();
     let interval =
         snap.load_rules.as_ref().map(|r| humantime::format_duration(r.interval).to_string());
-    Json(json!({
+    let mut body = json!({
         "step": map.step,
         "time": (map.step > 0).then(|| rfc3339_ms(map.at_ms)),
         "interval": interval,
         "endpoints": endpoints,
-    }))
-    .into_response()
+    });
+    if let Some(leader) = c.load.publisher().and_then(|p| p.leader()) {
+        body["leader"] = json!(leader);
+    }
+    Json(body).into_response()
 }
 
 /// The `load` of an endpoint row: `None` without a load feed.
@@ -192,7 +195,15 @@ pub async fn push(
         ttl,
         by: by.0.clone(),
     };
-    if c.load.pushed.set(&profile, &endpoint, pushed) {
+    // In a cluster the load goes to etcd, for the leader to step with.
+    let began = match c.load.publisher() {
+        Some(p) => match p.push(&profile, &endpoint, pushed).await {
+            Ok(began) => began,
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
+        },
+        None => c.load.pushed.set(&profile, &endpoint, pushed),
+    };
+    if began {
         tracing::info!(%profile, %endpoint, load, by = %by.0, "pushed loads began");
         let mut event = Event::new(Kind::LoadPushed, &profile, &endpoint).by(&by.0);
         event.to = Some(load.to_string());
@@ -220,7 +231,14 @@ pub async fn clear(
         Ok(found) => found,
         Err((code, message)) => return error(code, message),
     };
-    if c.load.pushed.clear(&profile, &endpoint) {
+    let cleared = match c.load.publisher() {
+        Some(p) => match p.clear(&profile, &endpoint).await {
+            Ok(cleared) => cleared,
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
+        },
+        None => c.load.pushed.clear(&profile, &endpoint),
+    };
+    if cleared {
         tracing::info!(%profile, %endpoint, by = %by.0, "pushed load cleared");
         c.events.record(Event::new(Kind::LoadCleared, &profile, &endpoint).by(&by.0));
     }

@@ -496,6 +496,10 @@ impl LoadPublisher for ClusterLoad {
         })
     }
 
+    fn leader(&self) -> Option<Option<String>> {
+        Some(self.leadership.leader())
+    }
+
     fn push(&self, profile: &str, endpoint: &str, load: PushedLoad) -> Pushing<'_> {
         let (profile, endpoint) = (profile.to_string(), endpoint.to_string());
         Box::pin(async move {

@@ -34,6 +34,12 @@ pub trait LoadPublisher: Send + Sync {
 
     /// Forgets the load pushed to an endpoint.
     fn clear(&self, profile: &str, endpoint: &str) -> Pushing<'_>;
+
+    /// In a cluster, the node that runs the steps (`Some(None)`: none known now);
+    /// `None` without a cluster.
+    fn leader(&self) -> Option<Option<String>> {
+        None
+    }
 }
 
 /// No cluster: steps here, applied here at once.
