@@ -345,6 +345,10 @@ async fn three_replicas_apply_the_shares_their_leader_computes() {
     })
     .await;
     let leader = start["leader"].as_str().unwrap().to_string();
+    for r in &replicas {
+        let cluster = api(r.admin, "GET", "/api/v1/cluster", "").await;
+        assert_eq!(cluster["cluster"]["leaders"]["load"], leader.as_str(), "{}", r.node);
+    }
 
     // eu at 850 of 1000, between the watermarks: its share falls step by step until the
     // target is within the deadband; every replica shows the same step and shares, and
