@@ -1,0 +1,221 @@
+//! The load feedback loop closed over real sockets: steerdns reads each endpoint's load
+//! from a real HTTP feed on loopback, and a demand driver sends real UDP queries and
+//! reports to each feed the answers its endpoint got ("demand received"). The shares the
+//! control loop publishes (`GET /api/v1/load`) must settle without oscillating, and a
+//! loaded endpoint must spill the part of its answers its share says.
+//!
+//! Lockstep without timing: each feed read blocks until the driver has posted the next
+//! window of answers, so control step `w` reads exactly window `w`, which was answered
+//! with the shares of step `w - 1`. Every wait is bounded.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use common::*;
+use tokio::sync::watch;
+
+/// The feeds: the load to report for each name, and the window they belong to.
+#[derive(Default)]
+struct Feeds {
+    loads: HashMap<String, f64>,
+    /// The window each feed last reported.
+    reported: HashMap<String, u64>,
+}
+
+#[derive(Clone)]
+struct FeedServer {
+    feeds: Arc<Mutex<Feeds>>,
+    window: watch::Sender<u64>,
+}
+
+/// Answers with the feed's load of a window it has not reported yet, waiting for the
+/// driver to post one (the control loop's read timeout bounds the wait).
+async fn feed(State(s): State<FeedServer>, Path(name): Path<String>) -> String {
+    let reported = s.feeds.lock().unwrap().reported.get(&name).copied().unwrap_or(0);
+    let mut rx = s.window.subscribe();
+    let window = *rx.wait_for(|w| *w > reported).await.expect("driver alive");
+    let mut feeds = s.feeds.lock().unwrap();
+    feeds.reported.insert(name.clone(), window);
+    feeds.loads.get(&name).copied().unwrap_or(0.0).to_string()
+}
+
+impl FeedServer {
+    async fn start() -> (FeedServer, SocketAddr) {
+        let s = FeedServer { feeds: Arc::default(), window: watch::Sender::new(0) };
+        let app = Router::new().route("/load/{name}", get(feed)).with_state(s.clone());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind feed");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(l, app).await });
+        (s, addr)
+    }
+
+    /// Posts window `w`: each feed's load.
+    fn post(&self, w: u64, loads: &[(&str, f64)]) {
+        let mut feeds = self.feeds.lock().unwrap();
+        for (name, load) in loads {
+            feeds.loads.insert(name.to_string(), *load);
+        }
+        drop(feeds);
+        self.window.send_replace(w);
+    }
+}
+
+/// The rules: a read timeout (at most the interval) that the driver's window of queries
+/// stays well within, damping of 0.2 a step, and a deadband above the noise of a window's
+/// random draws.
+const RULES: &str = "load:
+  interval: 2s
+  timeout: 2s
+  stale_after: 60s
+  low: 0.6
+  high: 0.85
+  max_step: 0.2
+  deadband: 0.05
+";
+
+fn profiles(feed: SocketAddr) -> String {
+    let url = |n: &str| format!("\"http://{feed}/load/{n}\"");
+    format!(
+        "name: wt
+routing: weighted
+endpoints:
+  - {{ name: a, target: 192.0.2.1, weight: 1, always_serve: true, load: {{ capacity: 200, url: {} }} }}
+  - {{ name: b, target: 192.0.2.2, weight: 1, always_serve: true, load: {{ capacity: 100000, url: {} }} }}
+---
+name: pr
+routing: priority
+endpoints:
+  - {{ name: first, target: 192.0.2.11, priority: 1, always_serve: true, load: {{ capacity: 300, url: {} }} }}
+  - {{ name: next, target: 192.0.2.12, priority: 2, always_serve: true }}
+",
+        url("a"),
+        url("b"),
+        url("first"),
+    )
+}
+
+/// An endpoint's effective share and whether it is above high.
+type Shares = HashMap<String, (f64, bool)>;
+
+/// `GET /api/v1/load`: the step, and each endpoint's share and above-high flag by
+/// "profile-label/endpoint".
+async fn shares(admin: SocketAddr) -> (u64, Shares) {
+    let v = http_get(admin, "/api/v1/load", None).await.json();
+    let step = v["step"].as_u64().expect("step");
+    let mut out = HashMap::new();
+    for e in v["endpoints"].as_array().expect("endpoints") {
+        let profile = e["profile"].as_str().expect("profile");
+        let label = profile.split('.').next().unwrap_or_default();
+        let key = format!("{label}/{}", e["endpoint"].as_str().expect("endpoint"));
+        assert!(e["error"].is_null(), "{key}: feed error {}", e["error"]);
+        let above = e["above_high"].as_bool().expect("above_high");
+        out.insert(key, (e["share"].as_f64().expect("share"), above));
+    }
+    (step, out)
+}
+
+/// Waits (bounded) for step `step` to be published.
+async fn wait_step(admin: SocketAddr, step: u64) -> Shares {
+    for _ in 0..2000 {
+        let (at, s) = shares(admin).await;
+        if at >= step {
+            assert_eq!(at, step, "a step ran without a window of its own");
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("step {step} was not published within 20 s of polling");
+}
+
+/// `n` queries for `name`: how many answers each address got.
+async fn demand(h: &Harness, name: &str, n: usize) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for _ in 0..n {
+        let r = h.udp(&Q::new(name, T_A)).await;
+        let addr = r.addrs().first().map(ToString::to_string).expect("an address");
+        *counts.entry(addr).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// How many times a sequence turns: from going down to going up or back.
+fn turns(seq: &[f64]) -> usize {
+    let moves: Vec<f64> = seq.windows(2).map(|w| w[1] - w[0]).filter(|d| d.abs() > 1e-9).collect();
+    moves.windows(2).filter(|m| m[0].signum() != m[1].signum()).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_settle_without_oscillation_and_spill_in_proportion() {
+    let (feeds, feed_addr) = FeedServer::start().await;
+    let text = profiles(feed_addr);
+    let h = Harness::with_admin_and_keys(&[("load.yaml", text.as_str())], RULES).await;
+    let admin = h.admin();
+    let (step0, start) = shares(admin).await;
+    assert_eq!(step0, 0, "the first step waits for the first window");
+    assert!(start.values().all(|s| *s == (1.0, false)), "{start:?}");
+    // Windows 1..=3 at low demand (nothing above low), then 800 queries a window: at full
+    // share `a` would get 400 of capacity 200 (utilisation 2) and `first` 800 of 300.
+    const WINDOWS: u64 = 16;
+    let mut current = start;
+    let (mut wt_a, mut pr_first) = (vec![1.0], vec![1.0]);
+    let mut spill_checks = 0;
+    for w in 1..=WINDOWS {
+        let n = if w <= 3 { 150 } else { 800 };
+        let started = std::time::Instant::now();
+        let wt = demand(&h, "wt.tm.example.test.", n).await;
+        let pr = demand(&h, "pr.tm.example.test.", n).await;
+        let got = |c: &HashMap<String, usize>, a: &str| c.get(a).copied().unwrap_or(0) as f64;
+        // A priority endpoint with share s keeps a fraction s of what it would get; the
+        // rest goes to the next priority. Above high, it takes no new answers at all.
+        let (share, above) = current["pr/first"];
+        let spilled = if above { 1.0 } else { 1.0 - share };
+        let to_next = got(&pr, "192.0.2.12") / n as f64;
+        if n >= 800 {
+            assert!(
+                (to_next - spilled).abs() < 0.07,
+                "window {w}: `first` has share {share:.3} (above high: {above}), but \
+                 {to_next:.3} of answers went to `next`"
+            );
+            spill_checks += 1;
+        }
+        println!("window {w}: {n} queries a name in {:?}", started.elapsed());
+        feeds.post(
+            w,
+            &[
+                ("a", got(&wt, "192.0.2.1")),
+                ("b", got(&wt, "192.0.2.2")),
+                ("first", got(&pr, "192.0.2.11")),
+            ],
+        );
+        current = wait_step(admin, w).await;
+        wt_a.push(current["wt/a"].0);
+        pr_first.push(current["pr/first"].0);
+        assert_eq!(current["wt/b"], (1.0, false), "b is far below low: full share");
+    }
+    println!("wt/a shares by step: {wt_a:.3?}");
+    println!("pr/first shares by step: {pr_first:.3?}");
+    assert!(spill_checks >= 10);
+    for (name, seq) in [("wt/a", &wt_a), ("pr/first", &pr_first)] {
+        // Full share while demand is low.
+        assert!(seq[..=3].iter().all(|s| *s == 1.0), "{name}: {seq:.3?}");
+        let last = *seq.last().unwrap();
+        assert!(last < 0.8, "{name} was never shed: {seq:.3?}");
+        // Settled: the last four steps within the deadband and the noise of the draws.
+        let tail = &seq[seq.len() - 4..];
+        let spread = tail.iter().cloned().fold(f64::MIN, f64::max)
+            - tail.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(spread <= 0.08, "{name} did not settle: {seq:.3?}");
+        // Overshoot bounded: never more than 0.1 below where it settled.
+        let lowest = seq.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(lowest >= last - 0.1, "{name} overshot: {seq:.3?}");
+        assert!(turns(seq) <= 1, "{name} oscillates: {seq:.3?}");
+    }
+    h.stop().await;
+}
