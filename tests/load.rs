@@ -134,15 +134,32 @@ async fn wait_step(admin: SocketAddr, step: u64) -> Shares {
     panic!("step {step} was not published within 20 s of polling");
 }
 
-/// `n` queries for `name`: how many answers each address got.
-async fn demand(h: &Harness, name: &str, n: usize) -> HashMap<String, usize> {
+/// `n` queries `q`: how many answers each address got.
+async fn demand(h: &Harness, q: &Q, n: usize) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for _ in 0..n {
-        let r = h.udp(&Q::new(name, T_A)).await;
+        let r = h.udp(q).await;
         let addr = r.addrs().first().map(ToString::to_string).expect("an address");
         *counts.entry(addr).or_insert(0) += 1;
     }
     counts
+}
+
+/// Checks a share sequence (step 0 first) whose demand rose after `calm` steps: full
+/// share while calm, then shed, settled, with bounded overshoot and at most one turn.
+fn assert_settles(name: &str, seq: &[f64], calm: usize) {
+    assert!(seq[..=calm].iter().all(|s| *s == 1.0), "{name}: {seq:.3?}");
+    let last = *seq.last().unwrap();
+    assert!(last < 0.8, "{name} was never shed: {seq:.3?}");
+    // Settled: the last four steps within the deadband and the noise of the draws.
+    let tail = &seq[seq.len() - 4..];
+    let spread = tail.iter().cloned().fold(f64::MIN, f64::max)
+        - tail.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(spread <= 0.08, "{name} did not settle: {seq:.3?}");
+    // Overshoot bounded: never more than 0.1 below where it settled.
+    let lowest = seq.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(lowest >= last - 0.1, "{name} overshot: {seq:.3?}");
+    assert!(turns(seq) <= 1, "{name} oscillates: {seq:.3?}");
 }
 
 /// How many times a sequence turns: from going down to going up or back.
@@ -169,8 +186,8 @@ async fn shares_settle_without_oscillation_and_spill_in_proportion() {
     for w in 1..=WINDOWS {
         let n = if w <= 3 { 150 } else { 800 };
         let started = std::time::Instant::now();
-        let wt = demand(&h, "wt.tm.example.test.", n).await;
-        let pr = demand(&h, "pr.tm.example.test.", n).await;
+        let wt = demand(&h, &Q::new("wt.tm.example.test.", T_A), n).await;
+        let pr = demand(&h, &Q::new("pr.tm.example.test.", T_A), n).await;
         let got = |c: &HashMap<String, usize>, a: &str| c.get(a).copied().unwrap_or(0) as f64;
         // A priority endpoint with share s keeps a fraction s of what it would get; the
         // rest goes to the next priority. Above high, it takes no new answers at all.
@@ -202,20 +219,55 @@ async fn shares_settle_without_oscillation_and_spill_in_proportion() {
     println!("wt/a shares by step: {wt_a:.3?}");
     println!("pr/first shares by step: {pr_first:.3?}");
     assert!(spill_checks >= 10);
-    for (name, seq) in [("wt/a", &wt_a), ("pr/first", &pr_first)] {
-        // Full share while demand is low.
-        assert!(seq[..=3].iter().all(|s| *s == 1.0), "{name}: {seq:.3?}");
-        let last = *seq.last().unwrap();
-        assert!(last < 0.8, "{name} was never shed: {seq:.3?}");
-        // Settled: the last four steps within the deadband and the noise of the draws.
-        let tail = &seq[seq.len() - 4..];
-        let spread = tail.iter().cloned().fold(f64::MIN, f64::max)
-            - tail.iter().cloned().fold(f64::MAX, f64::min);
-        assert!(spread <= 0.08, "{name} did not settle: {seq:.3?}");
-        // Overshoot bounded: never more than 0.1 below where it settled.
-        let lowest = seq.iter().cloned().fold(f64::MAX, f64::min);
-        assert!(lowest >= last - 0.1, "{name} overshot: {seq:.3?}");
-        assert!(turns(seq) <= 1, "{name} oscillates: {seq:.3?}");
+    assert_settles("wt/a", &wt_a, 3);
+    assert_settles("pr/first", &pr_first, 3);
+    h.stop().await;
+}
+
+/// A performance profile of two regions: clients in Paris are nearest `eu-west`, whose
+/// endpoint is loaded; what it spills goes to the next nearest region, in proportion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_nearest_region_spills_in_proportion() {
+    let (feeds, feed_addr) = FeedServer::start().await;
+    let profile = format!(
+        "name: fast
+routing: performance
+endpoints:
+  - {{ name: dublin, target: 192.0.2.41, location: eu-west, always_serve: true, load: {{ capacity: 300, url: \"http://{feed_addr}/load/dublin\" }} }}
+  - {{ name: virginia, target: 192.0.2.42, location: us-east, always_serve: true }}
+"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_location_config(dir.path(), &[("fast.yaml".to_string(), profile)]);
+    let yaml = std::fs::read_to_string(dir.path().join("steerdns.yaml")).expect("read");
+    let yaml = format!("{}{RULES}", with_admin(&yaml, None));
+    std::fs::write(dir.path().join("steerdns.yaml"), yaml).expect("write");
+    let h = Harness::in_dir(dir).await;
+    let admin = h.admin();
+    // A Paris client (the geo fixture's 192.0.2.0/25).
+    let q = Q::new("fast.tm.example.test.", T_A).ecs("192.0.2.10".parse().unwrap(), 32);
+    let calm = demand(&h, &q, 20).await;
+    assert_eq!(calm.keys().collect::<Vec<_>>(), ["192.0.2.41"], "Paris is nearest eu-west");
+    let mut current = shares(admin).await.1;
+    let mut dublin = vec![1.0];
+    for w in 1..=12 {
+        let n = if w <= 2 { 150 } else { 800 };
+        let got = demand(&h, &q, n).await;
+        let (share, above) = current["fast/dublin"];
+        let spilled = if above { 1.0 } else { 1.0 - share };
+        let to_next = got.get("192.0.2.42").copied().unwrap_or(0) as f64 / n as f64;
+        if n >= 800 {
+            assert!(
+                (to_next - spilled).abs() < 0.07,
+                "window {w}: dublin has share {share:.3} (above high: {above}), but \
+                 {to_next:.3} of answers went to us-east"
+            );
+        }
+        feeds.post(w, &[("dublin", got.get("192.0.2.41").copied().unwrap_or(0) as f64)]);
+        current = wait_step(admin, w).await;
+        dublin.push(current["fast/dublin"].0);
     }
+    println!("fast/dublin shares by step: {dublin:.3?}");
+    assert_settles("fast/dublin", &dublin, 2);
     h.stop().await;
 }
