@@ -19,6 +19,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use common::*;
+use serde_json::Value;
 use tokio::sync::watch;
 
 /// The feeds: the load to report for each name, and the window they belong to.
@@ -269,5 +270,113 @@ endpoints:
     }
     println!("fast/dublin shares by step: {dublin:.3?}");
     assert_settles("fast/dublin", &dublin, 2);
+    h.stop().await;
+}
+
+/// Pushed loads through the admin API: a push sheds the endpoint and is an event by its
+/// author, a reload keeps the share in the new configuration's table, a clear brings the
+/// full share back, and pushes to endpoints without `pushed: true` are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_loads_shed_survive_a_reload_and_clear() {
+    let profile = "name: ps
+routing: weighted
+endpoints:
+  - { name: p, target: 192.0.2.21, always_serve: true, load: { capacity: 100, pushed: true } }
+  - { name: q, target: 192.0.2.22, always_serve: true }
+";
+    let rules = "load:\n  interval: 1s\n  max_step: 1\n";
+    let h = Harness::with_admin_and_keys(&[("ps.yaml", profile)], rules).await;
+    let admin = h.admin();
+    let json = [("Content-Type", "application/json")];
+    let path = "/api/v1/profiles/ps/endpoints/p/load";
+    let r = http_with_body(admin, "PUT", path, &json, br#"{"load": 95, "ttl": "1h"}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        (r.json()["utilisation"].as_f64(), r.json()["by"].as_str()),
+        (Some(0.95), Some("loopback"))
+    );
+    let events = http_get(admin, "/api/v1/events", None).await.json();
+    let pushed: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "load_pushed")
+        .collect();
+    assert_eq!(pushed.len(), 1, "{events}");
+    assert_eq!(
+        (pushed[0]["to"].as_str(), pushed[0]["by"].as_str()),
+        (Some("95"), Some("loopback"))
+    );
+    // A second push while the first is live is no new event.
+    let r = http_with_body(admin, "PUT", path, &json, br#"{"utilisation": 0.95}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Bounded wait for a step that read it: utilisation 0.95 is above high (0.9).
+    let mut shed = None;
+    for _ in 0..300 {
+        let (_, s) = shares(admin).await;
+        if s["ps/p"].0 < 1.0 {
+            shed = Some(s["ps/p"]);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (share, above) = shed.expect("the pushed load was never applied");
+    assert!(above, "0.95 is above high");
+    // The share in the table queries read, before and after a reload, equals the map's
+    // (read while no step ran in between).
+    let slot_share = |h: &Harness| {
+        let snap = h.server().snapshot();
+        let p = snap.profiles.iter().find(|p| p.name == "ps.tm.example.test.").expect("ps");
+        let slot = p.endpoints.iter().find(|e| e.name == "p").and_then(|e| e.health_slot);
+        snap.load.get(slot.expect("a slot"))
+    };
+    for reload in [false, true] {
+        let mut checked = false;
+        for _ in 0..50 {
+            let before = h.server().control().load.current();
+            if reload {
+                h.server().reload().expect("reload");
+            }
+            let table = slot_share(&h);
+            let after = h.server().control().load.current();
+            if before.step != after.step {
+                continue;
+            }
+            let e = after.get("ps.tm.example.test.", "p").expect("entry");
+            let want = steerdns::model::Share::of(e.state.share, e.state.above_high);
+            assert_eq!(table, want, "reload: {reload}");
+            checked = true;
+            break;
+        }
+        assert!(checked, "steps kept running between the reads");
+    }
+    assert!(share < 1.0);
+    // Refused pushes.
+    let q = "/api/v1/profiles/ps/endpoints/q/load";
+    let r = http_with_body(admin, "PUT", q, &json, br#"{"load": 1}"#).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("pushed: true"), "{}", r.text());
+    let nothere = "/api/v1/profiles/ps/endpoints/nothere/load";
+    assert_eq!(http_with_body(admin, "PUT", nothere, &json, br#"{"load": 1}"#).await.status, 404);
+    let r = http_with_body(admin, "PUT", path, &json, br#"{"load": -3}"#).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Cleared: no load known, the full share at the next step.
+    assert_eq!(http(admin, "DELETE", path, &[]).await.status, 200);
+    let mut full = false;
+    for _ in 0..300 {
+        if shares(admin).await.1["ps/p"] == (1.0, false) {
+            full = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(full, "the share did not come back after the clear");
+    let events = http_get(admin, "/api/v1/events", None).await.json();
+    let kinds: Vec<&str> =
+        events["events"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| k.starts_with("load_")).collect::<Vec<_>>(),
+        [&"load_pushed", &"load_cleared"]
+    );
     h.stop().await;
 }
