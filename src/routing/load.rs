@@ -532,6 +532,30 @@ mod tests {
         assert!((b - 0.6).abs() < 0.015, "zone b takes the rest: {got:?}");
     }
 
+    /// Sticky weighted: the rendezvous hash weighs each endpoint by weight × share, so
+    /// clients spread in proportion, and a client of an unloaded endpoint keeps it when
+    /// another endpoint sheds.
+    #[test]
+    fn sticky_weighted_spreads_clients_by_weight_times_share() {
+        let mut w = plain(Method::Weighted, 2, &[1, 1]);
+        w.profiles[0].sticky = true;
+        let pick = |w: &Lab, n: usize| {
+            let client =
+                Client::from_addr(format!("10.{}.{}.1", n / 256, n % 256).parse().unwrap());
+            names(&route(w.ctx(), 0, Query { want: Want::A, client: &client }, &mut rng(1))).0[0]
+                .clone()
+        };
+        let before: Vec<String> = (0..DRAWS).map(|n| pick(&w, n)).collect();
+        w.share(0, 0, 0.25, false);
+        let after: Vec<String> = (0..DRAWS).map(|n| pick(&w, n)).collect();
+        let e0 = after.iter().filter(|n| *n == "e0").count() as f64 / DRAWS as f64;
+        // Rendezvous with weights 0.25 : 1 gives e0 0.25 / 1.25 of the clients.
+        assert!((e0 - 0.2).abs() < 0.015, "e0 has {e0}");
+        let moved_off_e1 =
+            before.iter().zip(&after).filter(|(b, a)| *b == "e1" && *a != "e1").count();
+        assert_eq!(moved_off_e1, 0, "no client of e1 moves when e0 sheds");
+    }
+
     /// Without a load table nothing is drawn: the same seed gives the same answers as a
     /// profile without feeds, whatever the shares say.
     #[test]

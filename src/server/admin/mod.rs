@@ -469,8 +469,19 @@ async fn explain_query(
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let measured = c.rum.get().map(|r| r.table());
-    let mut explained =
-        explain::explain(&snap, &*snap.health, &abs, qtype, client, measured.as_deref());
+    // What the control loop last computed, so the trace shows each loaded endpoint's load.
+    let loads = c.load.current();
+    let lookup: crate::routing::LoadLookup =
+        Box::new(move |p, e| loads.get(p, e).map(|entry| entry.state.clone()));
+    let mut explained = explain::explain_with_loads(
+        &snap,
+        &*snap.health,
+        &abs,
+        qtype,
+        client,
+        measured.as_deref(),
+        lookup,
+    );
     if c.cluster.is_some() {
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }
