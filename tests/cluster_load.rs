@@ -351,16 +351,33 @@ async fn three_replicas_apply_the_shares_their_leader_computes() {
     }
 
     // eu at 850 of 1000, between the watermarks: its share falls step by step until the
-    // target is within the deadband; every replica shows the same step and shares, and
-    // answers in the same proportion: eu's weight is scaled by its share.
+    // next target is within the deadband, then stays; every replica shows the same step
+    // and shares, and answers in the same proportion: eu's weight is scaled by its share.
     feed.set("eu", 850.0);
-    let settled = agreed(&replicas, "eu's share settled", |v| {
-        let eu = row(v, "www", "eu");
-        let (share, target) = (eu["share"].as_f64().unwrap(), eu["target"].as_f64().unwrap());
-        eu["utilisation"] == 0.85 && share < 0.6 && (target - share).abs() < 0.02
+    let eu_share = |v: &Value| row(v, "www", "eu")["share"].as_f64().unwrap();
+    let mut seen = agreed(&replicas, "eu's share falls", |v| eu_share(v) < 0.9).await;
+    let mut settled = Value::Null;
+    eventually(CATCH_UP, "eu's share settled for two steps", async || {
+        let since = seen["step"].as_u64().unwrap();
+        let next = agreed(&replicas, "two steps on", |v| v["step"].as_u64() >= Some(since + 2));
+        let next = next.await;
+        let still = eu_share(&next) == eu_share(&seen);
+        (seen, settled) = (next.clone(), next);
+        still
     })
     .await;
     let share = row(&settled, "www", "eu")["share"].as_f64().unwrap();
+    // Where docs/load.md's rule stops, from full share at utilisation 0.85 (low 0.7, high
+    // 0.9, max_step 1, deadband 0.02): each step aims at high / (high − low + u / share).
+    let mut rule = 1.0_f64;
+    loop {
+        let target = 0.9 / (0.9 - 0.7 + 0.85 / rule);
+        if (target - rule).abs() < 0.02 {
+            break;
+        }
+        rule = target;
+    }
+    assert!((share - rule).abs() < 1e-3, "eu's share settled at {share}, the rule says {rule}");
     let expected = share / (share + 1.0);
     const QUERIES: usize = 400;
     for r in &replicas {
