@@ -92,6 +92,8 @@ async fn real_answers_match_the_response_schemas() {
     let probed = probed_profile("probed", closed_port());
     let mut profiles = DEFAULT_PROFILES.to_vec();
     profiles.push(("probed.yaml", probed.as_str()));
+    let loaded = loaded_profile(closed_port());
+    profiles.push(("loaded.yaml", loaded.as_str()));
     let h = Harness::with_admin(&profiles, Some(TOKEN)).await;
     let doc = served_description(&h).await;
     let addr = h.admin();
@@ -121,6 +123,15 @@ async fn real_answers_match_the_response_schemas() {
         let r = http_with_body(addr, "PUT", weight_path, &json_with_token, body).await;
         assert_eq!(r.status, status, "{}: {}", String::from_utf8_lossy(body), r.text());
     }
+    // A pushed load, so that the load feedback shows one; its answer's schema too.
+    let load_route = "/api/v1/profiles/{name}/endpoints/{endpoint}/load";
+    let load_path = "/api/v1/profiles/loaded/endpoints/pushed/load";
+    let body = br#"{"utilisation": 0.5, "ttl": "1h"}"#;
+    let pushed = http_with_body(addr, "PUT", load_path, &json_with_token, body).await;
+    assert_eq!(pushed.status, 200, "{}", pushed.text());
+    let v = response_validator(&doc, "PUT", load_route, 200);
+    let errors: Vec<String> = v.iter_errors(&pushed.json()).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "PUT {load_path} off the description: {errors:?}");
     // (method, route as described, request path, token, expected status)
     let cases: &[(&str, &str, &str, bool, u16)] = &[
         ("GET", "/api/v1/profiles", "/api/v1/profiles", true, 200),
@@ -143,6 +154,11 @@ async fn real_answers_match_the_response_schemas() {
         ("POST", "/api/v1/reload", "/api/v1/reload", true, 200),
         ("GET", "/api/v1/reload", "/api/v1/reload", true, 200),
         ("GET", "/api/v1/whoami", "/api/v1/whoami", true, 200),
+        ("GET", "/api/v1/load", "/api/v1/load", true, 200),
+        ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/loaded", true, 200),
+        ("DELETE", load_route, "/api/v1/profiles/loaded/endpoints/pulled/load", true, 400),
+        ("DELETE", load_route, "/api/v1/profiles/loaded/endpoints/nothere/load", true, 404),
+        ("DELETE", load_route, load_path, true, 200),
         // Without `rum:` in the configuration.
         ("GET", "/api/v1/rum", "/api/v1/rum?addr=192.0.2.1", true, 404),
         (
@@ -184,17 +200,28 @@ async fn real_answers_match_the_response_schemas() {
 /// Profiles with the names the description gives as examples (profile `www`, endpoint
 /// `eu-1`), so that the fuzzer's write calls reach an endpoint, not only 404s. Weighted
 /// only: a weight for a profile without weights is a documented 400 that the fuzzer, which
-/// cannot know the routing method, would report as a valid request rejected.
+/// cannot know the routing method, would report as a valid request rejected. Pushed
+/// loads for the same reason: a push to an endpoint without `pushed: true` is a 400.
 const EXAMPLE_PROFILES: &[(&str, &str)] = &[(
     "www.yaml",
     "\
 name: www
 routing: weighted
 endpoints:
-  - { name: eu-1, target: 192.0.2.1, weight: 2, always_serve: true }
-  - { name: us-1, target: 198.51.100.1, weight: 1, always_serve: true }
+  - { name: eu-1, target: 192.0.2.1, weight: 2, always_serve: true, load: { capacity: 100, pushed: true } }
+  - { name: us-1, target: 198.51.100.1, weight: 1, always_serve: true, load: { capacity: 100, pushed: true } }
 ",
 )];
+
+/// A weighted profile with load feeds: `pushed` takes loads through the API, `pulled`
+/// reads a loopback `port` where nothing listens.
+fn loaded_profile(port: u16) -> String {
+    format!(
+        "name: loaded\nrouting: weighted\nendpoints:\n\
+  - {{ name: pushed, target: 192.0.2.1, always_serve: true, load: {{ capacity: 100, pushed: true }} }}\n\
+  - {{ name: pulled, target: 192.0.2.2, always_serve: true, load: {{ capacity: 100, url: \"http://127.0.0.1:{port}/\" }} }}\n"
+    )
+}
 
 /// A loopback port nothing listens on (bound, then released).
 fn closed_port() -> u16 {

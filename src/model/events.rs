@@ -31,6 +31,11 @@ pub enum Kind {
     BiasCleared,
     /// A load could not apply an override (`reason`).
     OverrideDropped,
+    /// Loads began to be pushed to an endpoint through the admin API (`to`: the load);
+    /// the pushes that follow while it is live are not recorded.
+    LoadPushed,
+    /// A pushed load was cleared.
+    LoadCleared,
 }
 
 impl Kind {
@@ -44,6 +49,8 @@ impl Kind {
             Kind::Bias => "bias",
             Kind::BiasCleared => "bias_cleared",
             Kind::OverrideDropped => "override_dropped",
+            Kind::LoadPushed => "load_pushed",
+            Kind::LoadCleared => "load_cleared",
         }
     }
 
@@ -57,6 +64,8 @@ impl Kind {
             Kind::Bias,
             Kind::BiasCleared,
             Kind::OverrideDropped,
+            Kind::LoadPushed,
+            Kind::LoadCleared,
         ];
         all.into_iter().find(|k| k.as_str() == text)
     }

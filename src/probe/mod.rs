@@ -38,6 +38,11 @@ pub use check::Reason;
 pub mod http_reader {
     pub use super::http::{HttpError, MAX_CHUNK_LINE, MAX_HEAD, MAX_INTERIM, read_response};
 }
+/// The bounded HTTP/1.1 GET that probes use, shared with the load feeds (`server::load`),
+/// which read a small body with the same limits on the head.
+pub mod http_get {
+    pub use super::http::{HttpError, read_head, request};
+}
 pub use consensus::{Consensus, OwnView};
 pub use live::{ProbeResult, StatusChange, Vantage, protocol_name};
 pub use plan::{ProbeKey, ProbeTarget};

@@ -66,6 +66,8 @@ pub struct Control {
     pub health_views: OnceLock<Arc<HealthViews>>,
     /// Real user measurements, when `rum:` was set at startup (set once).
     pub rum: OnceLock<Arc<super::rum::Rum>>,
+    /// Load feedback: the shares of the last control step, pushed loads, feed errors.
+    pub load: Arc<super::load::Loads>,
     /// Serialises reloads and override changes; never taken by queries.
     reloading: Mutex<Reloading>,
     /// How the last reload ended, for `GET /api/v1/reload`.
@@ -139,6 +141,7 @@ impl Control {
             health_views: OnceLock::new(),
             last_reload: LastReload::started(served.generation),
             rum: OnceLock::new(),
+            load: Arc::default(),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {
@@ -314,7 +317,10 @@ impl Control {
         }
         let generation = next.generation;
         let replaced = !Arc::ptr_eq(&current.counters, &next.counters);
+        // The last control step's shares go into a new table before queries see it.
+        let load_applied = self.load.prepare_swap(&next);
         self.shared.store(Arc::new(next));
+        drop(load_applied);
         self.served.send_modify(|s| s.generation = generation);
         if replaced {
             self.totals.retire(&current);

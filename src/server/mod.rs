@@ -5,7 +5,7 @@
 //! the responder, `control` swaps snapshots, runs the reloads that `reloader` queues for
 //! every trigger (`watch`, SIGHUP, `admin`, `key_timing`, `cluster`) and override changes
 //! (`overrides`, from `admin`), `admin` serves the HTTP API, `dnstap` writes the query
-//! log, and `rum` takes real user measurements.
+//! log, `rum` takes real user measurements, and `load` turns endpoint loads into shares.
 
 pub mod admin;
 pub mod cluster;
@@ -15,6 +15,7 @@ pub mod dnstap;
 pub mod fdlimit;
 pub mod key_timing;
 pub mod last_reload;
+pub mod load;
 pub mod overrides;
 pub mod presign;
 pub mod reloader;
@@ -168,6 +169,20 @@ impl Server {
         }
         server.tasks.spawn(key_timing::run(server.control.clone(), server.cancel.clone()));
         server.tasks.spawn(save_events(server.control.clone(), server.cancel.clone()));
+        // In a cluster only the leader of the `load` role steps and every replica applies
+        // what etcd holds: set before the loop starts, so that no replica steps alone.
+        if let Some(s) = &session {
+            let cancel = server.cancel.clone();
+            let leading =
+                cluster::leader::Leadership::start(s.clone(), cluster::load::ROLE, cancel);
+            let (loads, shared) = (server.control.load.clone(), server.control.shared.clone());
+            let cancel = server.cancel.clone();
+            let publisher =
+                cluster::load::ClusterLoad::start(s.clone(), leading, loads, shared, cancel);
+            server.control.load.set_publisher(publisher);
+        }
+        // Idles until some endpoint has a `load:`.
+        server.tasks.spawn(load::run::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {
             server.cluster_tasks.spawn(session.clone().run(server.cancel.clone()));
             if let Some(views) = views {

@@ -1,7 +1,7 @@
 //! `GET /api/v1/cluster`: this replica's place in the cluster (node name, whether it
-//! reaches etcd, the profiles revision it serves) and every registered replica with the
-//! revision it serves. `{"cluster": null}` without `cluster:`, so that one poller works
-//! for every replica.
+//! reaches etcd, the profiles revision it serves, who leads the load role) and every
+//! registered replica with the revision it serves. `{"cluster": null}` without
+//! `cluster:`, so that one poller works for every replica.
 
 use std::time::Duration;
 
@@ -55,6 +55,7 @@ pub async fn show(State(c): State<Shared>) -> Response {
         "revision": served.revision,
         "generation": served.generation,
         "etcd": { "endpoints": settings.etcd.endpoints, "prefix": settings.etcd.prefix },
+        "leaders": { "load": c.load.publisher().and_then(|p| p.leader()).flatten() },
         "nodes": nodes,
     });
     if let Some(e) = error {

@@ -70,6 +70,10 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_rum_evictions",
         "Client networks evicted from the measurements to stay within rum.max_networks",
     ),
+    (
+        "steerdns_load_feed_errors",
+        "Failed reads of pulled load feeds, by profile, endpoint and reason",
+    ),
     ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
     (
         "steerdns_dnstap_dropped",
@@ -134,6 +138,10 @@ pub fn render(control: &Control) -> String {
         let evictions = rum.counts.evictions.load(Ordering::Relaxed);
         counters.insert(Series::new("steerdns_rum_evictions", vec![]), evictions);
     }
+    for ((profile, endpoint, reason), n) in control.load.error_counts() {
+        let labels = vec![("profile", profile), ("endpoint", endpoint), ("reason", reason.into())];
+        counters.insert(Series::new("steerdns_load_feed_errors", labels), n);
+    }
     let mut gauges = vec![
         Gauge {
             name: "steerdns_config_generation",
@@ -188,6 +196,7 @@ pub fn render(control: &Control) -> String {
     }
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));
+    gauges.extend(load_gauges(&snap, &control.load.current()));
     gauges.extend(probe_gauges(prober, &states));
     let histograms = probe_histograms(prober);
     let mut registry = prometheus_client::registry::Registry::default();
@@ -251,6 +260,40 @@ fn override_gauges(snap: &Snapshot) -> Vec<Gauge> {
                     value: f64::from(b),
                 });
             }
+        }
+    }
+    out
+}
+
+/// Per endpoint with a load feed: its effective share, and the load and utilisation of
+/// the last step when it had a fresh reading.
+fn load_gauges(snap: &Snapshot, map: &crate::server::load::LoadMap) -> Vec<Gauge> {
+    let mut out = Vec::new();
+    for (profile, endpoint, _) in crate::server::load::plan::feeds(snap) {
+        let labels = vec![("profile", profile.to_string()), ("endpoint", endpoint.to_string())];
+        let state = map.get(profile, endpoint).map(|e| &e.state);
+        let state = state.unwrap_or(&crate::model::load::EndpointLoad::FULL);
+        out.push(Gauge {
+            name: "steerdns_endpoint_share",
+            help: "The effective share of each endpoint with a load feed (1: all its traffic)",
+            labels: labels.clone(),
+            value: state.share,
+        });
+        if let Some(load) = state.load {
+            out.push(Gauge {
+                name: "steerdns_endpoint_load",
+                help: "The load last read of each endpoint with a load feed",
+                labels: labels.clone(),
+                value: load,
+            });
+        }
+        if let Some(u) = state.utilisation {
+            out.push(Gauge {
+                name: "steerdns_endpoint_utilisation",
+                help: "The utilisation (load / capacity) last read of each endpoint with a load feed",
+                labels,
+                value: u,
+            });
         }
     }
     out

@@ -1,6 +1,7 @@
 //! The admin HTTP API (axum): health, Prometheus metrics, profile status, answer counts,
-//! explain, reload, run-time overrides of endpoints, the event list, the cluster's replicas,
-//! the status page that shows them in a browser, and the API's OpenAPI description.
+//! explain, reload, run-time overrides of endpoints, load feedback, the event list, the
+//! cluster's replicas, the status page that shows them in a browser, and the API's
+//! OpenAPI description.
 //! Everything but `/healthz`, the description and the page's own files requires a bearer
 //! token when any is configured; the token's name says who made a change.
 //! Handlers read the running snapshot and the prober through `Control`.
@@ -14,6 +15,7 @@ mod cluster;
 mod events;
 pub(crate) mod extract;
 pub mod failover;
+mod load;
 pub mod metrics;
 pub mod openapi;
 mod overrides;
@@ -56,8 +58,8 @@ use crate::wire::name::WireName;
 
 type Shared = Arc<Control>;
 
-/// The largest request body accepted: only a weight takes a body, a few bytes of JSON, so
-/// anything bigger is 413.
+/// The largest request body accepted: only a weight or a load takes a body, a few bytes
+/// of JSON, so anything bigger is 413.
 pub const MAX_BODY: usize = 4096;
 
 /// The largest request head a connection may buffer (hyper's minimum is 8 KiB).
@@ -91,6 +93,9 @@ pub const ROUTES: &[(&str, Method)] = &[
     ("/api/v1/cluster", Method::GET),
     ("/api/v1/whoami", Method::GET),
     ("/api/v1/rum", Method::GET),
+    ("/api/v1/load", Method::GET),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", Method::PUT),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", Method::DELETE),
 ];
 
 /// The routes served without the token: they hold no data and no secret.
@@ -130,6 +135,9 @@ fn handler(path: &str, method: &Method) -> MethodRouter<Shared> {
         ("/api/v1/cluster", "GET") => get(cluster::show),
         ("/api/v1/whoami", "GET") => get(whoami),
         ("/api/v1/rum", "GET") => get(crate::server::rum::api::lookup),
+        ("/api/v1/load", "GET") => get(load::show),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", "PUT") => put(load::push),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", "DELETE") => delete(load::clear),
         _ => panic!("ROUTES lists {method} {path}, which has no handler"),
     }
 }
@@ -403,6 +411,7 @@ async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> R
     let p = &snap.profiles[id];
     let ctx = Ctx::of(&snap);
     let mut details = probes::endpoint_details(&c.prober, &p.name);
+    let loads = c.load.current();
     let endpoints: Vec<Value> = p
         .endpoints
         .iter()
@@ -417,6 +426,7 @@ async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> R
                 "status": status::health_status(ctx, ep).as_str(),
                 "drained": ep.drained,
                 "weight_override": ep.weight_override,
+                "load": load::endpoint_load(&loads, &p.name, &ep.name, ep.load.as_deref()),
             });
             if p.method == crate::model::Method::Geoproximity {
                 let o = v.as_object_mut().expect("object");
@@ -480,8 +490,19 @@ async fn explain_query(
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let measured = c.rum.get().map(|r| r.table());
-    let mut explained =
-        explain::explain(&snap, &*snap.health, &abs, qtype, client, measured.as_deref());
+    // What the control loop last computed, so the trace shows each loaded endpoint's load.
+    let loads = c.load.current();
+    let lookup: crate::routing::LoadLookup =
+        Box::new(move |p, e| loads.get(p, e).map(|entry| entry.state.clone()));
+    let mut explained = explain::explain_with_loads(
+        &snap,
+        &*snap.health,
+        &abs,
+        qtype,
+        client,
+        measured.as_deref(),
+        lookup,
+    );
     if c.cluster.is_some() {
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }

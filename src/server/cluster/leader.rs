@@ -13,6 +13,7 @@
 //! key say at every moment who leads, within bounded requests.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -37,8 +38,10 @@ pub struct LeaderRecord {
 /// This replica's part in one role: whether it leads, and who does.
 #[derive(Clone, Debug)]
 pub struct Leadership {
+    key: Arc<str>,
     leading: watch::Receiver<bool>,
     leader: watch::Receiver<Option<String>>,
+    claimed: Arc<AtomicI64>,
 }
 
 impl Leadership {
@@ -48,19 +51,40 @@ impl Leadership {
         let (leading_tx, leading) = watch::channel(false);
         let (leader_tx, leader) = watch::channel(None);
         let key = format!("{}{role}", session.settings.etcd.leaders_prefix());
-        let campaign = Campaign { session, key, leading: leading_tx, leader: leader_tx };
+        let claimed = Arc::new(AtomicI64::new(0));
+        let campaign = Campaign {
+            session,
+            key: key.clone(),
+            leading: leading_tx,
+            leader: leader_tx,
+            claimed: claimed.clone(),
+        };
         tokio::spawn(async move {
             tokio::select! {
                 _ = cancel.cancelled() => campaign.resign().await,
                 _ = campaign.run() => {}
             }
         });
-        Leadership { leading, leader }
+        Leadership { key: key.into(), leading, leader, claimed }
+    }
+
+    /// The key the leader holds, `<prefix>leaders/<role>`: writes only the leader may
+    /// make compare its lease with their own, so that one that lost the role cannot make
+    /// them.
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// Whether this replica leads the role now.
     pub fn is_leader(&self) -> bool {
         *self.leading.borrow()
+    }
+
+    /// The etcd revision at which this replica last took the role (0: never): whatever
+    /// the leader before it wrote came before it, so a new leader that has read up to it
+    /// continues from the last record.
+    pub fn claimed_at(&self) -> i64 {
+        self.claimed.load(Ordering::Relaxed)
     }
 
     /// "Am I the leader", watched.
@@ -85,6 +109,7 @@ struct Campaign {
     key: String,
     leading: watch::Sender<bool>,
     leader: watch::Sender<Option<String>>,
+    claimed: Arc<AtomicI64>,
 }
 
 /// Why holding or waiting for the role stopped.
@@ -143,7 +168,7 @@ impl Campaign {
             let mine = holder.lease == lease;
             self.leader.send_replace(Some(holder.node.clone()));
             if mine {
-                self.lead();
+                self.lead(revision);
             } else {
                 self.step_down("another replica leads");
             }
@@ -193,7 +218,7 @@ impl Campaign {
                             let node = LeaderRecord::decode(kv.value());
                             self.leader.send_replace(Some(node));
                             if kv.lease() == lease {
-                                self.lead();
+                                self.lead(kv.mod_revision());
                             } else {
                                 self.step_down("another replica holds the key");
                             }
@@ -237,7 +262,10 @@ impl Campaign {
         })
     }
 
-    fn lead(&self) {
+    fn lead(&self, revision: i64) {
+        if !*self.leading.borrow() {
+            self.claimed.store(revision, Ordering::Relaxed);
+        }
         if !self.leading.send_replace(true) {
             tracing::info!(key = %self.key, node = %self.session.settings.node, "leading");
         }

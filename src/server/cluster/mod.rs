@@ -5,12 +5,14 @@
 //! etcd; `nodes` registers this replica; `health` the health views agreed across
 //! replicas; `overrides` shares drains and weights (`override_record`: how they are kept in
 //! etcd); `leader` chooses one replica to lead a role (the load control step, the merge of
-//! real user measurements); `rum` shares real user measurements.
+//! real user measurements); `load` shares the load shares its leader computes; `rum`
+//! shares real user measurements.
 
 pub mod etcd;
 pub mod follow;
 pub mod health;
 pub mod leader;
+pub mod load;
 pub mod nodes;
 pub mod override_record;
 pub mod overrides;

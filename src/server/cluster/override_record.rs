@@ -22,8 +22,12 @@ pub const UNKNOWN_AUTHOR: &str = "etcd";
 
 /// The key of `endpoint` of `profile` (absolute) under `prefix` (`<prefix>overrides/`).
 pub fn key(prefix: &str, profile: &str, endpoint: &str) -> String {
-    let escape = |s| utf8_percent_encode(s, ESCAPED).to_string();
     format!("{prefix}{}/{}", escape(profile), escape(endpoint))
+}
+
+/// One part of a key, escaped as `key` escapes it (the load shares use it too).
+pub fn escape(part: &str) -> String {
+    utf8_percent_encode(part, ESCAPED).to_string()
 }
 
 /// The (profile, endpoint) of a key under `prefix`; the profile as `Profile::name` spells

@@ -532,12 +532,24 @@ function renderDetail(cell, name) {
       const was = " (configured " + ep.configured_bias + ")";
       c[2].append(" ", text("span", "bias " + ep.bias_override + was, "badge override"));
     }
+    if (ep.load) c[2].append(" ", loadBadge(ep.load));
     renderProbe(c[3], ep);
     renderChange(c[4], ep.last_change);
     renderShare(c[5], ep.name, r);
     renderDrain(c[6], name, ep);
   };
   sync(table.tBodies[0], "tr", d.endpoints, (ep) => ep.name, create, update);
+}
+
+// An endpoint's load feedback: its effective share, and the load and utilisation read.
+function loadBadge(l) {
+  let t = "share " + l.share.toFixed(2);
+  if (l.load !== null) t += " · load " + +l.load.toFixed(1) + "/" + l.capacity + " (" + pct(l.utilisation) + ")";
+  if (l.stale) t += " · stale";
+  if (l.above_high) t += " · above high";
+  const b = text("span", t, "badge override");
+  b.title = "load feedback (" + l.source + "): target share " + l.target.toFixed(2) + (l.error ? " — " + l.error : "");
+  return b;
 }
 
 function renderProbe(cell, ep) {
