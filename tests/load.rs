@@ -72,8 +72,8 @@ impl FeedServer {
 /// stays well within, damping of 0.2 a step, and a deadband above the noise of a window's
 /// random draws.
 const RULES: &str = "load:
-  interval: 2s
-  timeout: 2s
+  interval: 3s
+  timeout: 3s
   stale_after: 60s
   low: 0.6
   high: 0.85

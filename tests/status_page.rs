@@ -911,3 +911,36 @@ async fn screenshot() {
     up.stop().await;
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_endpoint_shows_its_share_load_and_utilisation() {
+    let Some(mut b) = Browser::start().await else { return };
+    let profile = "name: shed\nrouting: weighted\nendpoints:\n  \
+        - { name: p, target: 192.0.2.21, always_serve: true, load: { capacity: 100, pushed: true } }\n  \
+        - { name: q, target: 192.0.2.22, always_serve: true }\n";
+    let rules = "load:\n  interval: 1s\n  max_step: 1\n";
+    let h = Harness::with_admin_and_keys(&[("shed.yaml", profile)], rules).await;
+    let json = [("Content-Type", "application/json")];
+    let path = "/api/v1/profiles/shed/endpoints/p/load";
+    let r = http_with_body(h.admin(), "PUT", path, &json, br#"{"load": 95, "ttl": "1h"}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    const SHED: &str = "shed.tm.example.test.";
+    b.open(h.admin()).await;
+    b.wait_for("shed", |v| row(v, SHED).is_some()).await;
+    b.click(&format!(r#"tbody[data-key="{SHED}"] button.toggle"#)).await;
+    // Utilisation 0.95 is above high (0.9): the first step sheds it.
+    let v = b
+        .wait_for("p's load badge", |v| {
+            endpoint(v, SHED, "p").is_some_and(|e| {
+                e["badges"].as_str().unwrap().contains("load 95/100 (95%) · above high")
+            })
+        })
+        .await;
+    let badges = endpoint(&v, SHED, "p").unwrap()["badges"].as_str().unwrap().to_string();
+    assert!(badges.contains("share 0."), "{badges}");
+    let q = endpoint(&v, SHED, "q").unwrap()["badges"].as_str().unwrap().to_string();
+    assert!(!q.contains("share"), "q has no feed: {q}");
+    b.assert_no_console_error(&[]).await;
+    b.close().await;
+    h.stop().await;
+}
