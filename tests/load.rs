@@ -354,7 +354,7 @@ endpoints:
     // Refused pushes.
     let q = "/api/v1/profiles/ps/endpoints/q/load";
     let r = http_with_body(admin, "PUT", q, &json, br#"{"load": 1}"#).await;
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 409, "{}", r.text());
     assert!(r.json()["error"].as_str().unwrap().contains("pushed: true"), "{}", r.text());
     let nothere = "/api/v1/profiles/ps/endpoints/nothere/load";
     assert_eq!(http_with_body(admin, "PUT", nothere, &json, br#"{"load": 1}"#).await.status, 404);

@@ -156,7 +156,7 @@ async fn real_answers_match_the_response_schemas() {
         ("GET", "/api/v1/whoami", "/api/v1/whoami", true, 200),
         ("GET", "/api/v1/load", "/api/v1/load", true, 200),
         ("GET", "/api/v1/profiles/{name}", "/api/v1/profiles/loaded", true, 200),
-        ("DELETE", load_route, "/api/v1/profiles/loaded/endpoints/pulled/load", true, 400),
+        ("DELETE", load_route, "/api/v1/profiles/loaded/endpoints/pulled/load", true, 409),
         ("DELETE", load_route, "/api/v1/profiles/loaded/endpoints/nothere/load", true, 404),
         ("DELETE", load_route, load_path, true, 200),
         // Without `rum:` in the configuration.
@@ -198,10 +198,9 @@ async fn real_answers_match_the_response_schemas() {
 }
 
 /// Profiles with the names the description gives as examples (profile `www`, endpoint
-/// `eu-1`), so that the fuzzer's write calls reach an endpoint, not only 404s. Weighted
-/// only: a weight for a profile without weights is a documented 400 that the fuzzer, which
-/// cannot know the routing method, would report as a valid request rejected. Pushed
-/// loads for the same reason: a push to an endpoint without `pushed: true` is a 400.
+/// `eu-1`), so that the fuzzer's write calls reach an endpoint, not only 404s and the
+/// documented 409s (a weight or bias the profile's method does not take, a push to an
+/// endpoint without `pushed: true`).
 const EXAMPLE_PROFILES: &[(&str, &str)] = &[(
     "www.yaml",
     "\

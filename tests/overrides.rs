@@ -304,7 +304,7 @@ async fn unknown_names_are_404_and_bad_requests_400() {
         ("PUT", "split/endpoints/a/weight", "{}", 400),
         ("PUT", "split/endpoints/a/weight", "", 400),
         ("PUT", "split/endpoints/a/weight", "weight=2", 400),
-        ("PUT", "prio/endpoints/a/weight", r#"{"weight": 1}"#, 400),
+        ("PUT", "prio/endpoints/a/weight", r#"{"weight": 1}"#, 409),
         ("GET", "prio/endpoints/a/drain", "", 405),
         ("POST", "prio/endpoints/a/weight", "", 405),
     ];
@@ -320,7 +320,10 @@ async fn unknown_names_are_404_and_bad_requests_400() {
     let r =
         api(&h, "PUT", "/api/v1/profiles/prio/endpoints/a/weight", Some(ADMIN), r#"{"weight": 1}"#)
             .await;
-    assert_eq!(r.json()["error"], "routing: priority has no weights");
+    assert_eq!(
+        (r.status, r.json()["error"].clone()),
+        (409, json!("routing: priority has no weights"))
+    );
     let r = api(&h, "POST", "/api/v1/profiles/prio/endpoints/zz/drain", Some(ADMIN), "").await;
     assert_eq!(r.json()["error"], "profile prio.tm.example.test. has no endpoint named \"zz\"");
     for token in [None, Some("wrong")] {
@@ -801,25 +804,29 @@ async fn a_run_time_bias_moves_a_geoproximity_answer_without_a_reload() {
     let r = api(&h, "PUT", path, Some(ALICE), r#"{"bias": 30}"#).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(addrs(h.udp(&paris()).await), ["192.0.2.202"]);
-    for (p, body, want) in [
+    for (p, body, status, want) in [
         (
             path,
             r#"{"bias": 100}"#,
+            400,
             "the body must be {\"bias\": N} with N a whole number from -99 to 99: 100 is not one",
         ),
         (
             path,
             r#"{"bias": 2.5}"#,
+            400,
             "the body must be {\"bias\": N} with N a whole number from -99 to 99: 2.5 is not one",
         ),
+        // Well formed, but not for this profile's method: a conflict with its state.
         (
             "/api/v1/profiles/prio/endpoints/a/bias",
             r#"{"bias": 5}"#,
+            409,
             "routing: priority has no biases",
         ),
     ] {
         let r = api(&h, "PUT", p, Some(ALICE), body).await;
-        assert_eq!((r.status, r.json()["error"].clone()), (400, json!(want)), "{p} {body}");
+        assert_eq!((r.status, r.json()["error"].clone()), (status, json!(want)), "{p} {body}");
     }
 
     // Kept in the state file, and through a restart.

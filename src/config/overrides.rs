@@ -235,6 +235,11 @@ pub fn check_bias(method: crate::model::Method, bias: i8) -> Result<(), String> 
     Ok(())
 }
 
+/// Whether a profile routed by `method` has weights to change at all.
+pub fn takes_weights(method: crate::model::Method) -> bool {
+    weight_range(method).is_some()
+}
+
 /// Whether a profile routed by `method` takes `weight` as an endpoint's weight; `Err` says
 /// why not.
 pub fn check_weight(method: crate::model::Method, weight: u32) -> Result<(), String> {

@@ -22,9 +22,7 @@ use std::time::SystemTime;
 use ipnet::IpNet;
 use mmdb_writer::{Value, Writer};
 
-use super::build::{
-    BuildError, BuildSummary, CSV_LIMIT, build_time, network, tree_len, write_atomically,
-};
+use super::build::{BuildError, BuildSummary, compile_file, network, rows_or_errors, tree_len};
 
 /// The header this builder documents; MaxMind's long form is accepted too.
 pub const HEADER: &str = "network,asn,organization";
@@ -41,13 +39,7 @@ struct Row {
 /// Compiles `input` (CSV) into `output` (MMDB). Nothing is written unless the whole input
 /// is valid.
 pub fn build_asn(input: &Path, output: &Path) -> Result<BuildSummary, Vec<BuildError>> {
-    let whole = |message: String| vec![BuildError { file: input.into(), line: 0, col: 0, message }];
-    let text = crate::diag::read_limited(input, CSV_LIMIT)
-        .map_err(|e| whole(format!("cannot read: {e}")))?;
-    let (bytes, summary) = build_asn_bytes(&text, input, build_time())?;
-    write_atomically(output, &bytes)
-        .map_err(|e| whole(format!("cannot write {}: {e}", output.display())))?;
-    Ok(summary)
+    compile_file(input, output, build_asn_bytes)
 }
 
 /// Compiles CSV text into database bytes stamped with `built`; `file` only names the input
@@ -58,18 +50,9 @@ pub fn build_asn_bytes(
     built: SystemTime,
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     let mut errors = Vec::new();
-    let mut rows = parse(text, file, &mut errors);
-    if errors.is_empty() && rows.is_empty() {
-        errors.push(BuildError {
-            file: file.into(),
-            line: 0,
-            col: 0,
-            message: "no networks".into(),
-        });
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
+    let parsed = parse(text, file, &mut errors);
+    let mut rows = rows_or_errors(parsed, file, errors)?;
+    let mut errors = Vec::new();
     // Less specific first: later inserts win, and a /24 must beat the /16 around it
     // wherever it appears in the file.
     rows.sort_by_key(|r| tree_len(&r.net));

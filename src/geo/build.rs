@@ -94,13 +94,40 @@ pub const CSV_LIMIT: crate::diag::Limit =
 /// Compiles `input` (CSV) into `output` (MMDB). Nothing is written unless the whole input
 /// is valid.
 pub fn build(input: &Path, output: &Path) -> Result<BuildSummary, Vec<BuildError>> {
+    compile_file(input, output, build_bytes)
+}
+
+/// Reads `input` (bounded), compiles it with `compile` and writes `output` atomically: the
+/// shell both builders share.
+pub(super) fn compile_file(
+    input: &Path,
+    output: &Path,
+    compile: impl FnOnce(&str, &Path, SystemTime) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>>,
+) -> Result<BuildSummary, Vec<BuildError>> {
     let whole = |message: String| vec![BuildError { file: input.into(), line: 0, col: 0, message }];
     let text = crate::diag::read_limited(input, CSV_LIMIT)
         .map_err(|e| whole(format!("cannot read: {e}")))?;
-    let (bytes, summary) = build_bytes(&text, input, build_time())?;
+    let (bytes, summary) = compile(&text, input, build_time())?;
     write_atomically(output, &bytes)
         .map_err(|e| whole(format!("cannot write {}: {e}", output.display())))?;
     Ok(summary)
+}
+
+/// The parsed rows when there are some and no errors; else every error (or "no networks").
+pub(super) fn rows_or_errors<T>(
+    rows: Vec<T>,
+    file: &Path,
+    mut errors: Vec<BuildError>,
+) -> Result<Vec<T>, Vec<BuildError>> {
+    if errors.is_empty() && rows.is_empty() {
+        errors.push(BuildError {
+            file: file.into(),
+            line: 0,
+            col: 0,
+            message: "no networks".into(),
+        });
+    }
+    if errors.is_empty() { Ok(rows) } else { Err(errors) }
 }
 
 /// Compiles CSV text into database bytes stamped with `built`; `file` only names the input
@@ -111,18 +138,9 @@ pub fn build_bytes(
     built: SystemTime,
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     let mut errors = Vec::new();
-    let mut rows = parse(text, file, &mut errors);
-    if errors.is_empty() && rows.is_empty() {
-        errors.push(BuildError {
-            file: file.into(),
-            line: 0,
-            col: 0,
-            message: "no networks".into(),
-        });
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
+    let parsed = parse(text, file, &mut errors);
+    let mut rows = rows_or_errors(parsed, file, errors)?;
+    let mut errors = Vec::new();
     // Less specific first: mmdb-writer lets later inserts win, and a /24 must beat the /16
     // around it wherever it appears in the file.
     rows.sort_by_key(|r| tree_len(&r.net));

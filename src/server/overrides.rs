@@ -86,6 +86,9 @@ pub enum OverrideError {
     Weight(String),
     #[error("{0}")]
     Bias(String),
+    /// The profile's routing method has no weights (or biases) to change.
+    #[error("{0}")]
+    NotTaken(String),
     #[error("cannot write the state file {}: {source}; nothing was changed", path.display())]
     Save { path: PathBuf, source: std::io::Error },
     #[error(
@@ -115,10 +118,20 @@ pub fn check<'a>(
         OverrideError::NoEndpoint { profile: p.name.clone(), endpoint: endpoint.to_string() }
     })?;
     if let Change::Weight(w) = change {
-        check_weight(p.method, w).map_err(OverrideError::Weight)?;
+        let has_weights = crate::config::overrides::takes_weights(p.method);
+        check_weight(p.method, w).map_err(if has_weights {
+            OverrideError::Weight
+        } else {
+            OverrideError::NotTaken
+        })?;
     }
     if let Change::Bias(b) = change {
-        check_bias(p.method, b).map_err(OverrideError::Bias)?;
+        let has_biases = p.method == crate::model::Method::Geoproximity;
+        check_bias(p.method, b).map_err(if has_biases {
+            OverrideError::Bias
+        } else {
+            OverrideError::NotTaken
+        })?;
     }
     Ok((p, ep))
 }

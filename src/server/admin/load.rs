@@ -105,6 +105,11 @@ fn rfc3339_ms(ms: u64) -> String {
 }
 
 /// The body of `PUT .../load`.
+/// The largest pushed load and utilisation taken (the API description's bounds): beyond
+/// them a number is a mistake, not a measurement.
+const MAX_PUSHED_LOAD: f64 = 1e12;
+const MAX_PUSHED_UTILISATION: f64 = 1000.0;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PushBody {
@@ -134,7 +139,7 @@ fn pushed_endpoint(
     match ep.load.as_deref() {
         Some(feed) if feed.source == FeedSource::Pushed => Ok((p.name.clone(), feed.clone())),
         _ => Err((
-            StatusCode::BAD_REQUEST,
+            StatusCode::CONFLICT,
             format!(
                 "endpoint {endpoint:?} of {} does not take pushed loads (load: {{pushed: true}})",
                 p.name
@@ -149,10 +154,20 @@ fn parse_push(
     feed: &LoadFeed,
     default_ttl: Duration,
 ) -> Result<(f64, Duration), String> {
-    let b: PushBody = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let value: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if let Some((key, _)) = value.as_object().and_then(|m| m.iter().find(|(_, v)| v.is_null())) {
+        return Err(format!("{key:?} is null: leave a key out instead"));
+    }
+    let b: PushBody = serde_json::from_value(value).map_err(|e| e.to_string())?;
     let load = match (b.load, b.utilisation) {
-        (Some(l), None) => l,
-        (None, Some(u)) => u * feed.capacity,
+        (Some(l), None) if l <= MAX_PUSHED_LOAD => l,
+        (None, Some(u)) if u <= MAX_PUSHED_UTILISATION => u * feed.capacity,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(format!(
+                "a load is at most {MAX_PUSHED_LOAD:e} and a utilisation at most \
+                 {MAX_PUSHED_UTILISATION}"
+            ));
+        }
         _ => return Err("give exactly one of \"load\" and \"utilisation\"".into()),
     };
     if !load.is_finite() || load < 0.0 {

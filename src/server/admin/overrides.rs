@@ -163,7 +163,8 @@ async fn change(
                 OverrideError::Weight(_) | OverrideError::Bias(_) => StatusCode::BAD_REQUEST,
                 OverrideError::Save { .. } => StatusCode::INTERNAL_SERVER_ERROR,
                 OverrideError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-                OverrideError::Contended => StatusCode::CONFLICT,
+                // The request is well formed; the profile's method does not take it.
+                OverrideError::Contended | OverrideError::NotTaken(_) => StatusCode::CONFLICT,
             };
             error(code, e.to_string())
         }
