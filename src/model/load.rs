@@ -164,6 +164,12 @@ pub fn fixed_point(low: f64, high: f64, k: f64) -> f64 {
     if k <= low { 1.0 } else { (high / (high - low + k)).clamp(0.0, 1.0) }
 }
 
+/// The k (utilisation at full share) a fixed-point target implies: the inverse of
+/// `fixed_point` where it is one to one (a target strictly between 0 and 1).
+fn held_k(low: f64, high: f64, target: f64) -> Option<f64> {
+    (target > 0.0 && target < 1.0).then(|| high / target - (high - low))
+}
+
 /// One control step for one endpoint (pure, deterministic).
 pub fn step(
     rules: &LoadRules,
@@ -172,15 +178,17 @@ pub fn step(
     reading: Reading,
 ) -> EndpointLoad {
     let (low, high) = (feed.low, feed.high);
+    // Idle: routing gave the endpoint no new answers while it was above high, so this
+    // reading shows it without its share and says nothing new about k.
+    let mut idle = false;
     let (load, utilisation, target, stale, above_high) = match reading {
         Reading::NoFeed => return EndpointLoad::FULL,
         Reading::Fresh { load } if load.is_finite() => {
             let load = load.max(0.0);
             let u = load / feed.capacity;
             let above_high = u >= high;
-            let target = if prev.above_high && !prev.stale && !above_high {
-                // Routing gave it no new answers while it was above high, so this reading
-                // shows the endpoint without its share: it says nothing new about k.
+            idle = prev.above_high && !prev.stale && !above_high;
+            let target = if idle {
                 prev.target
             } else if prev.share >= MIN_ESTIMATE_SHARE {
                 fixed_point(low, high, u / prev.share)
@@ -196,6 +204,14 @@ pub fn step(
         },
     };
     let share = approach(prev.share, target, rules);
+    // An idle endpoint stays above high while its new share would still put it there (by
+    // the k its held target implies): coming back for one step at a share that overloads
+    // it, then leaving again, would make its traffic flap on and off while the share falls.
+    let above_high = if idle {
+        held_k(low, high, target).is_some_and(|k| k * share >= high)
+    } else {
+        above_high
+    };
     EndpointLoad { load, utilisation, target, share, stale, above_high }
 }
 
@@ -389,11 +405,20 @@ mod tests {
                 want: (0.9 / 2.2, 0.409090909, false, true),
             },
             Case {
-                what: "after above high, target held",
+                what: "after above high, target held; still above high at the new share",
                 rules: d(),
-                prev: held,
+                prev: held.clone(),
                 reading: fresh(10.0),
-                want: (0.5294, 0.7, false, false),
+                // k = 0.9 / 0.5294 - 0.2 = 1.5, and 1.5 × 0.7 = 1.05 ≥ high.
+                want: (0.5294, 0.7, false, true),
+            },
+            Case {
+                what: "after above high, target held; back below high at the new share",
+                rules: d(),
+                prev: EndpointLoad { share: 0.6, ..held },
+                reading: fresh(10.0),
+                // 1.5 × 0.5294 = 0.794 < high: it takes answers again.
+                want: (0.5294, 0.5294, false, false),
             },
             Case {
                 what: "stale, ignore",
