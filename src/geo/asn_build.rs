@@ -20,9 +20,11 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use ipnet::IpNet;
-use mmdb_writer::{Value, Writer};
+use mmdb_writer::Value;
 
-use super::build::{BuildError, BuildSummary, compile_file, network, rows_or_errors, tree_len};
+use super::build::{
+    BuildError, BuildSummary, Layout, TreeRow, compile_file, network, rows_or_errors, write_tree,
+};
 
 /// The header this builder documents; MaxMind's long form is accepted too.
 pub const HEADER: &str = "network,asn,organization";
@@ -51,42 +53,28 @@ pub fn build_asn_bytes(
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     let mut errors = Vec::new();
     let parsed = parse(text, file, &mut errors);
-    let mut rows = rows_or_errors(parsed, file, errors)?;
-    let mut errors = Vec::new();
-    // Less specific first: later inserts win, and a /24 must beat the /16 around it
-    // wherever it appears in the file.
-    rows.sort_by_key(|r| tree_len(&r.net));
-    let mut writer = Writer::builder("GeoLite2-ASN")
-        .description(&[("en", "steerdns geo build --asn")])
-        .build_epoch(built)
-        .build();
-    for r in &rows {
-        let mut fields = vec![("autonomous_system_number", Value::from(r.asn))];
-        if !r.organization.is_empty() {
-            fields.push(("autonomous_system_organization", Value::from(r.organization.as_str())));
-        }
-        if let Err(e) = writer.insert_value(r.net, Value::map(fields)) {
-            errors.push(BuildError {
-                file: file.into(),
-                line: r.line,
-                col: 1,
-                message: e.to_string(),
-            });
-        }
+    let rows = rows_or_errors(parsed, file, errors)?;
+    let layout = Layout { database_type: "GeoLite2-ASN", description: "steerdns geo build --asn" };
+    write_tree(rows, &layout, file, built)
+}
+
+impl TreeRow for Row {
+    fn net(&self) -> IpNet {
+        self.net
     }
-    if !errors.is_empty() {
-        return Err(errors);
+
+    fn line(&self) -> usize {
+        self.line
     }
-    let bytes = writer.to_bytes().map_err(|e| {
-        vec![BuildError { file: file.into(), line: 0, col: 0, message: e.to_string() }]
-    })?;
-    let ipv4_networks = rows.iter().filter(|r| r.net.addr().is_ipv4()).count();
-    let summary = BuildSummary {
-        ipv4_networks,
-        ipv6_networks: rows.len() - ipv4_networks,
-        bytes: bytes.len(),
-    };
-    Ok((bytes, summary))
+
+    fn record(&self) -> Value {
+        let mut fields = vec![("autonomous_system_number", Value::from(self.asn))];
+        if !self.organization.is_empty() {
+            fields
+                .push(("autonomous_system_organization", Value::from(self.organization.as_str())));
+        }
+        Value::map(fields)
+    }
 }
 
 /// Reads every row, collecting errors; returns the valid rows.

@@ -139,33 +139,58 @@ pub fn build_bytes(
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     let mut errors = Vec::new();
     let parsed = parse(text, file, &mut errors);
-    let mut rows = rows_or_errors(parsed, file, errors)?;
-    let mut errors = Vec::new();
+    let rows = rows_or_errors(parsed, file, errors)?;
+    let layout = Layout { database_type: "GeoIP2-City", description: "steerdns geo build" };
+    write_tree(rows, &layout, file, built)
+}
+
+/// One valid row as the tree writer sees it: where it goes, where it came from, what it
+/// holds.
+pub(super) trait TreeRow {
+    fn net(&self) -> IpNet;
+    fn line(&self) -> usize;
+    fn record(&self) -> Value;
+}
+
+/// What kind of database a builder writes.
+pub(super) struct Layout {
+    pub database_type: &'static str,
+    pub description: &'static str,
+}
+
+/// Writes valid rows into a database of `layout` stamped with `built`: the part both
+/// builders share once their CSV is parsed. `file` only names the input in errors.
+pub(super) fn write_tree<R: TreeRow>(
+    mut rows: Vec<R>,
+    layout: &Layout,
+    file: &Path,
+    built: SystemTime,
+) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     // Less specific first: mmdb-writer lets later inserts win, and a /24 must beat the /16
     // around it wherever it appears in the file.
-    rows.sort_by_key(|r| tree_len(&r.net));
-    let mut writer = Writer::builder("GeoIP2-City")
-        .description(&[("en", "steerdns geo build")])
+    rows.sort_by_key(|r| tree_len(&r.net()));
+    let mut writer = Writer::builder(layout.database_type)
+        .description(&[("en", layout.description)])
         .build_epoch(built)
         .build();
+    let mut errors = Vec::new();
     for r in &rows {
-        if let Err(e) = writer.insert_value(r.net, record(r)) {
+        if let Err(e) = writer.insert_value(r.net(), r.record()) {
             errors.push(BuildError {
                 file: file.into(),
-                line: r.line,
+                line: r.line(),
                 col: 1,
                 message: e.to_string(),
             });
         }
     }
-    let bytes = writer.to_bytes().map_err(|e| {
-        vec![BuildError { file: file.into(), line: 0, col: 0, message: e.to_string() }]
-    });
     if !errors.is_empty() {
         return Err(errors);
     }
-    let bytes = bytes?;
-    let ipv4_networks = rows.iter().filter(|r| r.net.addr().is_ipv4()).count();
+    let bytes = writer.to_bytes().map_err(|e| {
+        vec![BuildError { file: file.into(), line: 0, col: 0, message: e.to_string() }]
+    })?;
+    let ipv4_networks = rows.iter().filter(|r| r.net().addr().is_ipv4()).count();
     let summary = BuildSummary {
         ipv4_networks,
         ipv6_networks: rows.len() - ipv4_networks,
@@ -175,7 +200,7 @@ pub fn build_bytes(
 }
 
 /// Position of a network in the IPv6 tree (IPv4 sits under `::/96`).
-pub(super) fn tree_len(net: &IpNet) -> u8 {
+fn tree_len(net: &IpNet) -> u8 {
     match net {
         IpNet::V4(n) => 96 + n.prefix_len(),
         IpNet::V6(n) => n.prefix_len(),
@@ -190,24 +215,34 @@ pub(super) fn build_time() -> SystemTime {
         .map_or_else(SystemTime::now, |s| UNIX_EPOCH + Duration::from_secs(s))
 }
 
-fn record(r: &Row) -> Value {
-    let mut fields = vec![
-        ("continent", Value::map([("code", Value::from(r.continent.as_str()))])),
-        ("country", Value::map([("iso_code", Value::from(r.country.as_str()))])),
-    ];
-    if let Some(s) = &r.subdivision {
-        fields.push((
-            "subdivisions",
-            Value::array([Value::map([("iso_code", Value::from(s.as_str()))])]),
-        ));
+impl TreeRow for Row {
+    fn net(&self) -> IpNet {
+        self.net
     }
-    if let Some((lat, lon)) = r.coords {
-        fields.push((
-            "location",
-            Value::map([("latitude", Value::from(lat)), ("longitude", Value::from(lon))]),
-        ));
+
+    fn line(&self) -> usize {
+        self.line
     }
-    Value::map(fields)
+
+    fn record(&self) -> Value {
+        let mut fields = vec![
+            ("continent", Value::map([("code", Value::from(self.continent.as_str()))])),
+            ("country", Value::map([("iso_code", Value::from(self.country.as_str()))])),
+        ];
+        if let Some(s) = &self.subdivision {
+            fields.push((
+                "subdivisions",
+                Value::array([Value::map([("iso_code", Value::from(s.as_str()))])]),
+            ));
+        }
+        if let Some((lat, lon)) = self.coords {
+            fields.push((
+                "location",
+                Value::map([("latitude", Value::from(lat)), ("longitude", Value::from(lon))]),
+            ));
+        }
+        Value::map(fields)
+    }
 }
 
 /// Writes to a temporary file beside `path` and renames it over `path`, so a reader that
