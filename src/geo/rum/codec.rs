@@ -92,6 +92,43 @@ impl Writer {
     }
 }
 
+/// Encoded rows packed into bodies of at most `limit` bytes, at most `max` bodies: how a
+/// record too large for one etcd value is cut into several.
+#[derive(Debug)]
+pub struct Chunks {
+    /// Each body and the number of rows in it.
+    bodies: Vec<(Vec<u8>, u32)>,
+    limit: usize,
+    max: usize,
+}
+
+impl Chunks {
+    pub fn new(limit: usize, max: usize) -> Chunks {
+        Chunks { bodies: vec![(Vec::new(), 0)], limit, max }
+    }
+
+    /// Adds one row, in a new body when the last is full; `false` (and nothing added) when
+    /// the last is full and there are `max` bodies already.
+    pub fn push(&mut self, row: &[u8]) -> bool {
+        let last = self.bodies.last().expect("one at least");
+        if last.0.len() + row.len() > self.limit {
+            if self.bodies.len() >= self.max {
+                return false;
+            }
+            self.bodies.push((Vec::new(), 0));
+        }
+        let last = self.bodies.last_mut().expect("one at least");
+        last.0.extend_from_slice(row);
+        last.1 += 1;
+        true
+    }
+
+    /// Each body (one at least, maybe empty) and the number of rows in it.
+    pub fn into_bodies(self) -> Vec<(Vec<u8>, u32)> {
+        self.bodies
+    }
+}
+
 /// Added to an IPv6 network's prefix length in its first byte.
 const V6: u8 = 64;
 
@@ -245,5 +282,16 @@ mod tests {
         assert_eq!(Reader::open(&bytes, b"OTHR", 1).unwrap_err(), DecodeError::Foreign);
         assert_eq!(Reader::open(&bytes, b"TEST", 0).unwrap_err(), DecodeError::Version(1));
         assert_eq!(Reader::open(&bytes[..7], b"TEST", 1).unwrap_err(), DecodeError::Truncated);
+    }
+
+    #[test]
+    fn rows_fill_bodies_up_to_the_limit_and_the_last_body() {
+        let mut c = Chunks::new(10, 2);
+        // 4 + 4 fit one body of 10; the third row starts the second; the fifth fits none.
+        let pushed: Vec<bool> = [[1u8; 4]; 5].iter().map(|r| c.push(r)).collect();
+        assert_eq!(pushed, [true, true, true, true, false]);
+        let bodies = c.into_bodies();
+        assert_eq!(bodies.iter().map(|(b, n)| (b.len(), *n)).collect::<Vec<_>>(), [(8, 2), (8, 2)]);
+        assert_eq!(Chunks::new(10, 2).into_bodies(), [(Vec::new(), 0)]);
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::aggregate::Point;
-use super::codec::{DecodeError, Reader, Writer};
+use super::codec::{Chunks, DecodeError, Reader, Writer};
 use super::table::{Measured, MeasuredLatency, Row};
 
 /// The most bytes of one etcd value steerdns writes: below etcd's default request limit
@@ -58,8 +58,7 @@ pub fn encode_node(
         w.u32(count);
         w
     };
-    let mut bodies: Vec<(Vec<u8>, u32)> = vec![(Vec::new(), 0)];
-    let limit = CHUNK_BYTES - head(0).bytes.len() - 8;
+    let mut chunks = Chunks::new(CHUNK_BYTES - head(0).bytes.len() - 8, MAX_NODE_CHUNKS);
     let mut shared = 0;
     let mut row = Writer::default();
     for (net, points) in summaries {
@@ -75,19 +74,13 @@ pub fn encode_node(
                 None => row.u8(0),
             }
         }
-        let last = bodies.last_mut().expect("one at least");
-        if last.0.len() + row.bytes.len() > limit {
-            if bodies.len() == MAX_NODE_CHUNKS {
-                break;
-            }
-            bodies.push((Vec::new(), 0));
+        if !chunks.push(&row.bytes) {
+            break;
         }
-        let last = bodies.last_mut().expect("one at least");
-        last.0.extend_from_slice(&row.bytes);
-        last.1 += 1;
         shared += 1;
     }
-    let chunks = bodies
+    let chunks = chunks
+        .into_bodies()
         .into_iter()
         .map(|(body, count)| {
             let mut w = head(count);
@@ -198,8 +191,7 @@ pub fn encode_table(table: &MeasuredLatency, generation: u64) -> (Vec<Vec<u8>>, 
         w.u32(rows);
         w
     };
-    let limit = CHUNK_BYTES - head(0, 0, 0).bytes.len() - 8;
-    let mut bodies: Vec<(Vec<u8>, u32)> = vec![(Vec::new(), 0)];
+    let mut chunks = Chunks::new(CHUNK_BYTES - head(0, 0, 0).bytes.len() - 8, MAX_TABLE_CHUNKS);
     let mut row = Writer::default();
     let mut published = 0;
     for (net, cells, preferred) in table.rows() {
@@ -212,18 +204,12 @@ pub fn encode_table(table: &MeasuredLatency, generation: u64) -> (Vec<Vec<u8>>, 
                 row.f32(m.ms);
             }
         }
-        let last = bodies.last_mut().expect("one at least");
-        if last.0.len() + row.bytes.len() > limit {
-            if bodies.len() == MAX_TABLE_CHUNKS {
-                break;
-            }
-            bodies.push((Vec::new(), 0));
+        if !chunks.push(&row.bytes) {
+            break;
         }
-        let last = bodies.last_mut().expect("one at least");
-        last.0.extend_from_slice(&row.bytes);
-        last.1 += 1;
         published += 1;
     }
+    let bodies = chunks.into_bodies();
     let count = bodies.len() as u16;
     let chunks = bodies
         .into_iter()
