@@ -352,34 +352,11 @@ mod tests {
         assert_near(&got, &[("e0", 0.5), ("e1", 1.0), ("e2", 1.0), ("e3", 0.25)], "multivalue");
     }
 
-    /// bj-1 (beijing), sh-1 and sh-2 (shanghai), eu-1; a CN client has beijing nearest
-    /// (20 ms), then shanghai (30 ms).
-    fn performance() -> Lab {
-        let mut w = Lab::new();
-        w.latency(LATENCY);
-        let p = w.profile("perf", Method::Performance);
-        let mut region = Vec::new();
-        for (i, (name, r)) in [
-            ("bj-1", "cn-beijing"),
-            ("sh-1", "cn-shanghai"),
-            ("sh-2", "cn-shanghai"),
-            ("eu-1", "eu-west"),
-        ]
-        .iter()
-        .enumerate()
-        {
-            w.ep(p, name, &format!("192.0.2.{}", i + 1));
-            region.push(w.region(r));
-            w.fed(p, i);
-        }
-        w.profiles[p].rules = Rules::Performance { region };
-        w.finish()
-    }
-
     #[test]
     fn a_loaded_nearest_region_spills_in_proportion_to_the_next() {
+        // A CN client has beijing nearest (20 ms), then shanghai (30 ms).
         let cn = client_in("198.51.100.9", "CN", "", BEIJING, 24);
-        let w = performance();
+        let w = performance_lab(true);
         w.share(0, 0, 0.5, false);
         let got = frequencies(&w, &cn);
         let sh = got.get("sh-1").copied().unwrap_or(0.0) + got.get("sh-2").copied().unwrap_or(0.0);

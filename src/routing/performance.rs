@@ -139,32 +139,10 @@ mod tests {
     use std::time::Duration;
 
     use crate::geo::rum::{Aggregation, Aggregator, MeasuredLatency};
+    use crate::model::Want;
     use crate::model::health::Status;
-    use crate::model::{Method, Rules, Want};
     use crate::routing::testkit::*;
     use crate::routing::{Query, Trace, route};
-
-    /// bj-1 (beijing), sh-1 and sh-2 (shanghai), eu-1 (eu-west).
-    fn lab() -> Lab {
-        let mut w = Lab::new();
-        w.latency(LATENCY);
-        let p = w.profile("perf", Method::Performance);
-        let mut region = Vec::new();
-        for (i, (name, r)) in [
-            ("bj-1", "cn-beijing"),
-            ("sh-1", "cn-shanghai"),
-            ("sh-2", "cn-shanghai"),
-            ("eu-1", "eu-west"),
-        ]
-        .iter()
-        .enumerate()
-        {
-            w.ep(p, name, &format!("192.0.2.{}", i + 1));
-            region.push(w.region(r));
-        }
-        w.profiles[p].rules = Rules::Performance { region };
-        w.finish()
-    }
 
     fn answer(w: &Lab, client: &crate::geo::Client) -> (String, u8) {
         let (n, s) = names(&route(w.ctx(), 0, Query { want: Want::A, client }, &mut rng(1)));
@@ -185,7 +163,7 @@ mod tests {
             ("203.0.113.9", "", None, &[0, 1, 2, 3], "sh-"), // all down: fail open
         ];
         for (i, (ip, country, coords, down, want)) in cases.iter().enumerate() {
-            let w = lab();
+            let w = performance_lab(false);
             for s in *down {
                 w.health.set(*s, Status::Degraded);
             }
@@ -196,7 +174,7 @@ mod tests {
 
     #[test]
     fn scope_is_the_rows_block_whatever_the_source_prefix() {
-        let w = lab();
+        let w = performance_lab(false);
         // (client, country, located prefix, source prefix, answer, scope): a /16 question
         // decided by a /24 gets scope 24, so a resolver asks again outside that /24.
         let cases = [
@@ -215,13 +193,13 @@ mod tests {
 
     #[test]
     fn endpoints_of_a_region_share_it_deterministically_per_subnet() {
-        let w = lab();
+        let w = performance_lab(false);
         let a = answer(&w, &client_in("203.0.113.9", "", "", None, 16));
         for host in 0..20 {
             assert_eq!(answer(&w, &client_in(&format!("203.0.113.{host}"), "", "", None, 16)), a);
         }
         assert_eq!(a.1, 24, "the /24 hash decides within the region");
-        let w2 = lab();
+        let w2 = performance_lab(false);
         let mut seen = HashSet::new();
         // Different /24s inside 203.0.113.0/24 are impossible; use distance clients in CN.
         for n in 0..64 {
@@ -308,7 +286,7 @@ mod tests {
             (&[("192.0.2.1", &[(BJ, 5.0)])], "198.51.100.9", PARIS, &[], "eu-1", 16),
         ];
         for (i, (reports, ip, coords, down, want, scope)) in cases.iter().enumerate() {
-            let w = lab();
+            let w = performance_lab(false);
             for s in *down {
                 w.health.set(*s, Status::Degraded);
             }
@@ -326,7 +304,7 @@ mod tests {
         for (ip, country, coords) in
             [("203.0.113.9", "", None), ("198.51.100.9", "CN", BEIJING), ("10.0.0.1", "FR", PARIS)]
         {
-            let w = lab();
+            let w = performance_lab(false);
             let client = client_in(ip, country, "", coords, 16);
             assert_eq!(answer_measured(&w, &t, &client), answer(&w, &client), "{ip}");
         }
@@ -344,10 +322,13 @@ mod tests {
         assert!(row.latency[SH].ms < row.latency[BJ].ms, "{row:?}");
         assert_eq!(row.preferred_region(), Some(BJ));
         let client = client_in("203.0.113.9", "", "", None, 16);
-        assert_eq!(answer_measured(&lab(), &t2, &client), ("bj-1".to_string(), 24));
+        assert_eq!(
+            answer_measured(&performance_lab(false), &t2, &client),
+            ("bj-1".to_string(), 24)
+        );
         // Without the held preference the faster shanghai answers.
         let t3 = measure(&mut a, &[], None);
-        assert!(answer_measured(&lab(), &t3, &client).0.starts_with("sh-"));
+        assert!(answer_measured(&performance_lab(false), &t3, &client).0.starts_with("sh-"));
     }
 
     fn trace_of(w: &Lab, t: &MeasuredLatency, ip: &str) -> Vec<String> {
@@ -368,7 +349,7 @@ mod tests {
             ("203.0.113.7", &[(EU, 22.0), (BJ, 81.0)]),
         ];
         let t = measure(&mut aggregator(), reports, None);
-        let w = lab();
+        let w = performance_lab(false);
         let lines = trace_of(&w, &t, "203.0.113.9");
         assert_eq!(
             lines[3..5],

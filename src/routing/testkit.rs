@@ -240,6 +240,32 @@ pub fn names(d: &super::Decision<'_>) -> (Vec<String>, u8) {
     }
 }
 
+/// A performance profile over `LATENCY`'s regions: bj-1 (beijing), sh-1 and sh-2
+/// (shanghai), eu-1 (eu-west); with `fed`, each endpoint has a pushed load feed.
+pub fn performance_lab(fed: bool) -> Lab {
+    let mut w = Lab::new();
+    w.latency(LATENCY);
+    let p = w.profile("perf", crate::model::Method::Performance);
+    let mut region = Vec::new();
+    for (i, (name, r)) in [
+        ("bj-1", "cn-beijing"),
+        ("sh-1", "cn-shanghai"),
+        ("sh-2", "cn-shanghai"),
+        ("eu-1", "eu-west"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        w.ep(p, name, &format!("192.0.2.{}", i + 1));
+        region.push(w.region(r));
+        if fed {
+            w.fed(p, i);
+        }
+    }
+    w.profiles[p].rules = crate::model::Rules::Performance { region };
+    w.finish()
+}
+
 /// Three regions; a CIDR row, a country row for CN; the rest by distance.
 pub const LATENCY: &str = r#"
 regions:
