@@ -11,12 +11,15 @@
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
+
+#[path = "../tests/common/measured.rs"]
+mod measured;
+use measured::measured_table;
 
 fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
     let mut m = Message::query();
@@ -103,24 +106,6 @@ fn with_load_feeds(root: &Path) -> tempfile::TempDir {
         std::fs::write(dir.path().join("profiles").join(entry.file_name()), text).unwrap();
     }
     dir
-}
-
-/// Measurements for the performance case's /24: us-east fastest, so the measured row
-/// (not the latency table) decides.
-fn measured_table(snap: &steerdns::model::Snapshot) -> steerdns::geo::rum::MeasuredLatency {
-    use steerdns::geo::rum::{Aggregation, Aggregator};
-    let latency = snap.world.latency.as_ref().expect("the example has a latency table");
-    let columns: Vec<(String, usize)> = ["eu-west", "us-east", "cn-shanghai"]
-        .iter()
-        .map(|r| (r.to_string(), latency.region(r).expect("region in the table")))
-        .collect();
-    let params = Aggregation { min_samples: 1, ..Aggregation::default() };
-    let mut a = Aggregator::new(params, columns.len());
-    for (i, addr) in ["198.51.100.130", "198.51.100.131", "203.0.113.7"].iter().enumerate() {
-        let at = Duration::from_secs(i as u64 + 1);
-        a.record(addr.parse().unwrap(), &[(0, 40.0), (1, 25.0), (2, 90.0)], at);
-    }
-    a.publish(Duration::from_secs(10), columns, None)
 }
 
 fn respond_once(

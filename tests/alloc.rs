@@ -16,12 +16,15 @@ use hickory_proto::op::{Edns, Message, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
-use steerdns::geo::rum::{Aggregation, Aggregator, MeasuredLatency};
 use steerdns::model::dnssec::{self, Algorithm, Signer, ZoneKey, ZoneSigning};
 use steerdns::model::presigned;
 use steerdns::model::snapshot::{Dnstap, DnstapOutput, Snapshot};
 use steerdns::responder::{Packet, Transport, respond};
 use steerdns::server::dnstap::{Exchange, Tap, Time};
+
+#[path = "common/measured.rs"]
+mod measured;
+use measured::measured_table;
 
 struct Counting;
 
@@ -209,23 +212,6 @@ fn allocates_nothing(snap: &Snapshot) {
     }
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;
     assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
-}
-
-/// Real user measurements for `fast`'s clients: a measured /24 (preferred region first),
-/// a neighbour answered by the /16 aggregate, and a client without a row.
-fn measured_table(snap: &Snapshot) -> MeasuredLatency {
-    let latency = snap.world.latency.as_ref().expect("the example has a latency table");
-    let columns: Vec<(String, usize)> = ["eu-west", "us-east", "cn-shanghai"]
-        .iter()
-        .map(|r| (r.to_string(), latency.region(r).expect("region in the table")))
-        .collect();
-    let params = Aggregation { min_samples: 1, ..Aggregation::default() };
-    let mut a = Aggregator::new(params, columns.len());
-    for (i, addr) in ["198.51.100.130", "198.51.100.131", "203.0.113.7"].iter().enumerate() {
-        let at = Duration::from_secs(i as u64 + 1);
-        a.record(addr.parse().unwrap(), &[(0, 40.0), (1, 25.0), (2, 90.0)], at);
-    }
-    a.publish(Duration::from_secs(10), columns, None)
 }
 
 #[test]
