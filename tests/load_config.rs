@@ -124,22 +124,42 @@ fn top_level_load_errors_are_located() {
             "steerdns.yaml:9:13",
             "load.deadband must be at least 0 and below 1, got -0.01",
         ),
-        ("  interval: 10ms\n", "steerdns.yaml:9:13", "load.interval must be at least 100ms"),
-        ("  interval: 2h\n", "steerdns.yaml:9:13", "load.interval must be at most 1h"),
+        (
+            "  interval: 10ms\n",
+            "steerdns.yaml:9:13",
+            "load.interval must be between 100ms and 1h, got 10ms",
+        ),
+        (
+            "  interval: 2h\n",
+            "steerdns.yaml:9:13",
+            "load.interval must be between 100ms and 1h, got 2h",
+        ),
         ("  interval: five\n", "steerdns.yaml:9:13", "load.interval: invalid duration \"five\""),
-        ("  stale_after: 1s\n", "steerdns.yaml:9:16", "load.stale_after must be at least 5s"),
+        (
+            "  stale_after: 1s\n",
+            "steerdns.yaml:9:16",
+            "load.stale_after must be at least 5s, got 1s",
+        ),
         (
             "  interval: 1s\n  stale_after: 500ms\n",
             "steerdns.yaml:10:16",
-            "load.stale_after must be at least 1s",
+            "load.stale_after must be at least 1s, got 500ms",
         ),
         (
             "  on_stale: panic\n",
             "steerdns.yaml:9:13",
             "load.on_stale must be ignore or overloaded, got \"panic\"",
         ),
-        ("  timeout: 10s\n", "steerdns.yaml:9:12", "load.timeout must be at most 5s"),
-        ("  timeout: 1ms\n", "steerdns.yaml:9:12", "load.timeout must be at least 10ms"),
+        (
+            "  timeout: 10s\n",
+            "steerdns.yaml:9:12",
+            "load.timeout must be between 10ms and 5s, got 10s",
+        ),
+        (
+            "  timeout: 1ms\n",
+            "steerdns.yaml:9:12",
+            "load.timeout must be between 10ms and 5s, got 1ms",
+        ),
         ("  gain: 2\n", "steerdns.yaml:9:3", "unknown field `gain`"),
     ];
     let mut failures = Vec::new();

@@ -53,6 +53,30 @@ pub fn duration(sink: &mut Sink<'_>, v: &Loc<String>, key: &str) -> Option<Durat
     }
 }
 
+/// A duration (as `duration` reads it) within `lo..=hi`; `Duration::MAX` for no upper
+/// bound. Out of range is an error naming the key, the range and the value written.
+pub fn duration_in(
+    sink: &mut Sink<'_>,
+    v: &Loc<String>,
+    key: &str,
+    lo: Duration,
+    hi: Duration,
+) -> Option<Duration> {
+    let d = duration(sink, v, key)?;
+    if d < lo || d > hi {
+        let lo = humantime::format_duration(lo);
+        let got = v.value.trim();
+        let message = if hi == Duration::MAX {
+            format!("{key} must be at least {lo}, got {got}")
+        } else {
+            format!("{key} must be between {lo} and {}, got {got}", humantime::format_duration(hi))
+        };
+        sink.on(v, message);
+        return None;
+    }
+    Some(d)
+}
+
 /// A size in bytes, written as a number of bytes or with a unit: `512KiB`, `16MiB`,
 /// `1GiB` (powers of 1024) or `kB`, `MB`, `GB` (powers of 1000). At least 1 byte.
 pub fn size(sink: &mut Sink<'_>, v: &Loc<SizeText>, key: &str) -> Option<u64> {

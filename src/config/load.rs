@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::check::duration;
+use super::check::duration_in;
 use super::raw::{Loc, RawEndpointLoad, RawLoad};
 use crate::diag::{Pos, Sink};
 use crate::model::load::{FeedSource, LoadFeed, LoadRules, MetricSelector, OnStale};
@@ -181,26 +181,6 @@ fn watermarks(
         return defaults;
     }
     (l, h)
-}
-
-/// A duration in `lo..=hi`.
-fn duration_in(
-    sink: &mut Sink<'_>,
-    v: &Loc<String>,
-    key: &str,
-    lo: Duration,
-    hi: Duration,
-) -> Option<Duration> {
-    let d = duration(sink, v, key)?;
-    if d < lo {
-        sink.on(v, format!("{key} must be at least {}", humantime::format_duration(lo)));
-        return None;
-    }
-    if d > hi {
-        sink.on(v, format!("{key} must be at most {}", humantime::format_duration(hi)));
-        return None;
-    }
-    Some(d)
 }
 
 /// An RFC 6901 JSON pointer: empty (the whole body) or `/`-separated tokens in which `~`

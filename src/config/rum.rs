@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::check::{duration, int_or, size};
+use super::check::{duration_in, int_or, size};
 use super::raw::{Loc, RawRum};
 use crate::diag::Sink;
 use crate::geo::World;
@@ -204,29 +204,6 @@ fn targets(sink: &mut Sink<'_>, raw: &RawRum, world: &World) -> Vec<RumTarget> {
         out.push(RumTarget { region: name.to_string(), region_index: index, url: url.to_string() });
     }
     out
-}
-
-/// A duration within `lo..=hi`.
-fn duration_in(
-    sink: &mut Sink<'_>,
-    v: &Loc<String>,
-    key: &str,
-    lo: Duration,
-    hi: Duration,
-) -> Option<Duration> {
-    let d = duration(sink, v, key)?;
-    if d < lo || d > hi {
-        let lo = humantime::format_duration(lo);
-        let got = v.value.trim();
-        let message = if hi == Duration::MAX {
-            format!("{key} must be at least {lo}, got {got}")
-        } else {
-            format!("{key} must be between {lo} and {}, got {got}", humantime::format_duration(hi))
-        };
-        sink.on(v, message);
-        return None;
-    }
-    Some(d)
 }
 
 fn float_in(
