@@ -6,15 +6,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use etcd_client::{Client, CompactionOptions, GetOptions};
-use steerdns::model::cluster::{ClusterSettings, EtcdAuth, EtcdSettings, Quorum};
-use steerdns::server::cluster::Session;
-use steerdns::server::cluster::etcd;
+use steerdns::model::cluster::EtcdAuth;
 use steerdns::server::cluster::follow::{self, Event, KeyRange};
 use tokio_util::sync::CancellationToken;
 
@@ -39,21 +36,9 @@ async fn follow(
     user: Option<(&str, &str)>,
     cancel: &CancellationToken,
 ) -> Arc<Mutex<Mirror>> {
-    let settings = ClusterSettings {
-        node: "follower".into(),
-        etcd: EtcdSettings {
-            endpoints: vec![url.to_string()],
-            prefix: prefix.to_string(),
-            tls: None,
-            auth: user.map(|(u, p)| EtcdAuth { username: u.into(), password: p.into() }),
-        },
-        quorum: Quorum::Majority,
-        lease_ttl: Duration::from_secs(10),
-        profiles_from_etcd: false,
-        cache_file: PathBuf::new(),
-    };
-    let client = etcd::client(&settings.etcd).await.unwrap();
-    let session = Session::new(Arc::new(settings), client);
+    let mut settings = cluster_settings("follower", url, prefix, Duration::from_secs(10));
+    settings.etcd.auth = user.map(|(u, p)| EtcdAuth { username: u.into(), password: p.into() });
+    let session = connect(settings).await;
     session.log_in().await.unwrap();
     let mut events = follow::spawn(session, KeyRange::prefix(prefix), None, cancel.clone());
     let mirror = Arc::new(Mutex::new(Mirror::default()));

@@ -6,15 +6,12 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use steerdns::model::cluster::{ClusterSettings, EtcdSettings, Quorum};
 use steerdns::server::cluster::Session;
-use steerdns::server::cluster::etcd;
 use steerdns::server::cluster::leader::Leadership;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -35,24 +32,8 @@ struct Candidate {
 }
 
 async fn candidate(etcd: &Etcd, node: &str) -> Candidate {
-    let proxy = Proxy::start(etcd.client).await;
-    let settings = ClusterSettings {
-        node: node.into(),
-        etcd: EtcdSettings {
-            endpoints: vec![proxy.url.clone()],
-            prefix: "/lead/".into(),
-            tls: None,
-            auth: None,
-        },
-        quorum: Quorum::Majority,
-        lease_ttl: LEASE,
-        profiles_from_etcd: false,
-        cache_file: PathBuf::new(),
-    };
-    let client = etcd::client(&settings.etcd).await.unwrap();
-    let session = Session::new(Arc::new(settings), client);
     let session_stop = CancellationToken::new();
-    tokio::spawn(session.clone().run(session_stop.clone()));
+    let (proxy, session) = proxied_session(etcd, node, "/lead/", LEASE, &session_stop).await;
     let role_stop = CancellationToken::new();
     let leadership = Leadership::start(session.clone(), "load", role_stop.clone());
     Candidate { node: node.into(), proxy, session, leadership, session_stop, role_stop }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -14,12 +14,9 @@ use arc_swap::ArcSwap;
 use common::*;
 use serde_json::Value;
 use steerdns::geo::World;
-use steerdns::model::cluster::{ClusterSettings, EtcdSettings, Quorum};
 use steerdns::model::health::HealthTable;
 use steerdns::model::load::{EndpointLoad, Reading};
 use steerdns::model::{Listen, Snapshot};
-use steerdns::server::cluster::Session;
-use steerdns::server::cluster::etcd;
 use steerdns::server::cluster::leader::Leadership;
 use steerdns::server::cluster::load::{self, ClusterLoad, LoadShareError};
 use steerdns::server::load::pushed::PushedLoad;
@@ -42,24 +39,8 @@ struct Member {
 }
 
 async fn member(etcd: &Etcd, node: &str) -> Member {
-    let proxy = Proxy::start(etcd.client).await;
-    let settings = ClusterSettings {
-        node: node.into(),
-        etcd: EtcdSettings {
-            endpoints: vec![proxy.url.clone()],
-            prefix: "/shares/".into(),
-            tls: None,
-            auth: None,
-        },
-        quorum: Quorum::Majority,
-        lease_ttl: LEASE,
-        profiles_from_etcd: false,
-        cache_file: PathBuf::new(),
-    };
-    let client = etcd::client(&settings.etcd).await.unwrap();
-    let session = Session::new(Arc::new(settings), client);
     let stop = CancellationToken::new();
-    tokio::spawn(session.clone().run(stop.clone()));
+    let (proxy, session) = proxied_session(etcd, node, "/shares/", LEASE, &stop).await;
     let leadership = Leadership::start(session.clone(), load::ROLE, stop.clone());
     let empty = Snapshot::new(
         Listen::default(),

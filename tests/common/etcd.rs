@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
+use steerdns::model::cluster::{ClusterSettings, EtcdSettings, Quorum};
+use steerdns::server::cluster::{self, Session};
+use tokio_util::sync::CancellationToken;
+
 use super::daemon::free_port;
 use super::tools::require_tool;
 
@@ -300,6 +304,45 @@ impl Proxy {
     pub fn restore(&self) {
         self.open.send_replace(true);
     }
+}
+
+/// Settings of a replica `node` reaching etcd at `url` under `prefix`: no TLS, no login, a
+/// majority quorum, leases of `lease`, profiles from files.
+pub fn cluster_settings(node: &str, url: &str, prefix: &str, lease: Duration) -> ClusterSettings {
+    ClusterSettings {
+        node: node.into(),
+        etcd: EtcdSettings {
+            endpoints: vec![url.to_string()],
+            prefix: prefix.into(),
+            tls: None,
+            auth: None,
+        },
+        quorum: Quorum::Majority,
+        lease_ttl: lease,
+        profiles_from_etcd: false,
+        cache_file: PathBuf::new(),
+    }
+}
+
+/// A session of `settings`, connected but not running.
+pub async fn connect(settings: ClusterSettings) -> Arc<Session> {
+    let client = cluster::etcd::client(&settings.etcd).await.unwrap();
+    Session::new(Arc::new(settings), client)
+}
+
+/// A running session of replica `node` (as `cluster_settings`) through a `Proxy` of its
+/// own, so that a test can cut this replica off alone; it runs until `stop`.
+pub async fn proxied_session(
+    etcd: &Etcd,
+    node: &str,
+    prefix: &str,
+    lease: Duration,
+    stop: &CancellationToken,
+) -> (Proxy, Arc<Session>) {
+    let proxy = Proxy::start(etcd.client).await;
+    let session = connect(cluster_settings(node, &proxy.url, prefix, lease)).await;
+    tokio::spawn(session.clone().run(stop.clone()));
+    (proxy, session)
 }
 
 impl Drop for Etcd {
