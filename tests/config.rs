@@ -2,10 +2,12 @@
 //! its FILE:LINE:COL, plus `steerdns check` on a valid and an invalid configuration, and
 //! reloads that take over unchanged files (same result, same errors as a fresh load).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 mod common;
+
+use common::{assert_each_located, config_dir, errors_of};
 
 use steerdns::config;
 
@@ -17,25 +19,6 @@ zones:
     soa: { rname: hostmaster.example.test. }
     records: ["ns1 A 192.0.2.53", "static TXT \"x\""]
 "#;
-
-/// Writes a config dir with the server file and `profiles/p.yaml`; returns the config path.
-fn setup(dir: &Path, server: &str, profiles: &[(&str, &str)]) -> PathBuf {
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("steerdns.yaml"), server).unwrap();
-    for (name, text) in profiles {
-        std::fs::write(dir.join("profiles").join(name), text).unwrap();
-    }
-    dir.join("steerdns.yaml")
-}
-
-fn errors_of(server: &str, profile: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = setup(dir.path(), server, &[("p.yaml", profile)]);
-    match config::load(&path, None) {
-        Ok(_) => vec![],
-        Err(e) => common::located(&e),
-    }
-}
 
 const EP: &str = "endpoints:\n  - { name: a, target: 192.0.2.1 }\n";
 
@@ -81,14 +64,7 @@ fn one_error_per_case_with_location() {
         ("name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, coordinates: { latitude: 1, longitude: 2 } }\n".into(), "p.yaml:4:48", "coordinates applies to routing: geoproximity only"),
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: c, always_serve: true }\n---\nname: c\nrouting: priority\nendpoints: []\n".into(), "p.yaml:4:42", "always_serve does not apply to a nested endpoint"),
     ];
-    let mut failures = Vec::new();
-    for (i, (yaml, at, msg)) in cases.iter().enumerate() {
-        let errors = errors_of(SERVER, yaml);
-        if !errors.iter().any(|e| e.starts_with(&format!("{at}: ")) && e.contains(msg)) {
-            failures.push(format!("case {i}: want {at}: ..{msg}.., got {errors:?}"));
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
+    assert_each_located(&cases, |yaml| errors_of(SERVER, yaml));
 }
 
 /// The YAML mistakes a new operator makes, starting from the shipped examples: each is
@@ -254,7 +230,7 @@ fn nesting_deeper_than_ten_is_rejected_and_ten_is_fine() {
 #[test]
 fn every_error_is_collected_across_files_and_documents() {
     let dir = tempfile::tempdir().unwrap();
-    let path = setup(
+    let path = config_dir(
         dir.path(),
         SERVER,
         &[
@@ -434,7 +410,7 @@ fn relative_names_need_exactly_one_zone() {
 #[test]
 fn valid_config_builds_a_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let path = setup(
+    let path = config_dir(
         dir.path(),
         SERVER,
         &[(
@@ -471,7 +447,7 @@ fn a_change_to_method_rules_alone_bumps_the_zone_serial() {
             "name: g\nrouting: geographic\nendpoints:\n  - {{ name: a, target: 192.0.2.1, geo: {a} }}\n  - {{ name: b, target: 192.0.2.2, geo: {b} }}\n"
         )
     };
-    let path = setup(dir.path(), SERVER, &[("p.yaml", &geo("a"))]);
+    let path = config_dir(dir.path(), SERVER, &[("p.yaml", &geo("a"))]);
     let first = config::load(&path, None).unwrap();
     let same = config::load(&path, Some(first.previous())).unwrap();
     assert_eq!(same.snapshot.zones[0].serial, first.snapshot.zones[0].serial, "nothing changed");
@@ -496,7 +472,7 @@ fn check(dir: &Path) -> (i32, String) {
 #[test]
 fn check_command_on_valid_and_invalid_config() {
     let dir = tempfile::tempdir().unwrap();
-    setup(dir.path(), SERVER, &[("p.yaml", &format!("name: www\nrouting: priority\n{EP}"))]);
+    config_dir(dir.path(), SERVER, &[("p.yaml", &format!("name: www\nrouting: priority\n{EP}"))]);
     assert_eq!(check(dir.path()), (0, "ok: 1 profiles, 1 endpoints\n".to_string()));
 
     std::fs::write(dir.path().join("profiles/q.yaml"), "name: api\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, priority: 0 }\n  - { name: b, target: nope }\n").unwrap();
@@ -555,7 +531,7 @@ const TOP: &str = "name: top\nrouting: priority\nendpoints:\n  - { name: n, prof
 #[test]
 fn a_reload_takes_over_unchanged_files_and_renumbers_their_children() {
     let dir = tempfile::tempdir().unwrap();
-    let path = setup(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
+    let path = config_dir(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
     let first = config::load(&path, None).unwrap();
     // A file sorting first moves every id; b.yaml changes; a.yaml is taken over.
     let early = "name: early\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.5 }\n";
@@ -579,7 +555,7 @@ fn a_reload_takes_over_unchanged_files_and_renumbers_their_children() {
 #[test]
 fn errors_after_a_takeover_are_those_of_a_fresh_load() {
     let dir = tempfile::tempdir().unwrap();
-    let path = setup(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
+    let path = config_dir(dir.path(), SERVER, &[("a.yaml", TOP), ("b.yaml", LEAF)]);
     let first = config::load(&path, None).unwrap();
     let both = |label: &str| {
         let (reloaded, fresh) = (rejected(&path, Some(first.previous())), rejected(&path, None));
@@ -626,7 +602,7 @@ fn large_configuration(dir: &Path) -> (std::path::PathBuf, config::Loaded) {
     let files: Vec<(String, String)> =
         (0..3).map(|f| (format!("{f}.yaml"), large_file(f))).collect();
     let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
-    let path = setup(dir, SERVER, &refs);
+    let path = config_dir(dir, SERVER, &refs);
     let first = config::load(&path, None).unwrap();
     (path, first)
 }

@@ -2,10 +2,11 @@
 //! the FILE:LINE:COL of its error, what a valid configuration builds, and the shares a
 //! reload carries over (by profile and endpoint name).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod common;
+
+use common::{assert_each_located, config_dir, errors_of};
 
 use steerdns::config;
 use steerdns::model::load::{FeedSource, MetricSelector, OnStale};
@@ -18,22 +19,6 @@ zones:
     soa: { rname: hostmaster.example.test. }
     records: ["ns1 A 192.0.2.53"]
 "#;
-
-fn setup(dir: &Path, server: &str, profile: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("steerdns.yaml"), server).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), profile).unwrap();
-    dir.join("steerdns.yaml")
-}
-
-fn errors_of(server: &str, profile: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = setup(dir.path(), server, profile);
-    match config::load(&path, None) {
-        Ok(_) => vec![],
-        Err(e) => common::located(&e),
-    }
-}
 
 /// A profile whose endpoint `a` has `load:` with `lines` (each `key: value`) from line 7
 /// on, at column 7: a value is at column `key.len() + 9`.
@@ -81,14 +66,7 @@ fn endpoint_load_errors_are_located() {
             "load does not apply to a nested endpoint",
         ),
     ];
-    let mut failures = Vec::new();
-    for (i, (yaml, at, msg)) in cases.iter().enumerate() {
-        let errors = errors_of(SERVER, yaml);
-        if !errors.iter().any(|e| e.starts_with(&format!("{at}: ")) && e.contains(msg)) {
-            failures.push(format!("case {i}: want {at}: ..{msg}.., got {errors:?}"));
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
+    assert_each_located(&cases, |yaml| errors_of(SERVER, yaml));
 }
 
 /// Every rule of the top-level `load:`; a value of `load:` line N (from 9 on) is at
@@ -162,15 +140,7 @@ fn top_level_load_errors_are_located() {
         ),
         ("  gain: 2\n", "steerdns.yaml:9:3", "unknown field `gain`"),
     ];
-    let mut failures = Vec::new();
-    for (i, (load, at, msg)) in cases.iter().enumerate() {
-        let server = format!("{SERVER}load:\n{load}");
-        let errors = errors_of(&server, PLAIN);
-        if !errors.iter().any(|e| e.starts_with(&format!("{at}: ")) && e.contains(msg)) {
-            failures.push(format!("case {i}: want {at}: ..{msg}.., got {errors:?}"));
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
+    assert_each_located(cases, |load| errors_of(&format!("{SERVER}load:\n{load}"), PLAIN));
 }
 
 /// One load reports every error, in both files.
@@ -218,7 +188,7 @@ fn ep<'a>(snap: &'a steerdns::model::Snapshot, name: &str) -> &'a steerdns::mode
 fn a_valid_load_configuration_builds_rules_and_feeds() {
     let dir = tempfile::tempdir().unwrap();
     let server = format!("{SERVER}load:\n  interval: 2s\n  low: 0.6\n  on_stale: overloaded\n");
-    let path = setup(dir.path(), &server, FED);
+    let path = config_dir(dir.path(), &server, &[("p.yaml", FED)]);
     let loaded = config::load(&path, None).unwrap_or_else(|e| panic!("{:?}", common::located(&e)));
     let snap = &loaded.snapshot;
     let rules = snap.load_rules.as_deref().expect("an endpoint has a feed");
@@ -249,7 +219,8 @@ fn a_valid_load_configuration_builds_rules_and_feeds() {
 #[test]
 fn without_a_feed_there_are_no_load_rules() {
     let dir = tempfile::tempdir().unwrap();
-    let path = setup(dir.path(), &format!("{SERVER}load:\n  interval: 2s\n"), PLAIN);
+    let path =
+        config_dir(dir.path(), &format!("{SERVER}load:\n  interval: 2s\n"), &[("p.yaml", PLAIN)]);
     let loaded = config::load(&path, None).unwrap();
     assert!(loaded.snapshot.load_rules.is_none());
 }
@@ -260,7 +231,7 @@ fn without_a_feed_there_are_no_load_rules() {
 #[test]
 fn a_reload_carries_shares_over_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let path = setup(dir.path(), SERVER, FED);
+    let path = config_dir(dir.path(), SERVER, &[("p.yaml", FED)]);
     let first = config::load(&path, None).unwrap();
     let s = &first.snapshot;
     let slot = |snap: &steerdns::model::Snapshot, n: &str| ep(snap, n).health_slot.unwrap();

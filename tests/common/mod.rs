@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod config_errors;
 pub mod daemon;
 pub mod dns;
 pub mod etcd;
@@ -22,6 +23,6 @@ pub mod tools;
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
-    browser::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*,
-    replicas::*, reply::*, resolver::*, server::*, tools::*,
+    browser::*, config_errors::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*,
+    prometheus::*, replicas::*, reply::*, resolver::*, server::*, tools::*,
 };
