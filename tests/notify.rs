@@ -447,3 +447,70 @@ impl Alertmanager {
             .collect()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_each_change_arrives_once() {
+    let _heavy = common::one_heavy_test_at_a_time().await;
+    let Some(etcd) = common::Etcd::start() else { return };
+    let backend = HttpBackend::start("127.0.0.31").await;
+    let receiver = Receiver::start(&[], Answer::Status(200)).await;
+    let profile = format!(
+        "name: hc\nrouting: priority\n\
+         monitor: {{ port: {}, interval: 1s, timeout: 500ms, tolerated_failures: 0 }}\n\
+         endpoints:\n\
+         \x20 - {{ name: main, target: 127.0.0.31 }}\n\
+         \x20 - {{ name: backup, target: 127.0.0.32, always_serve: true }}\n",
+        backend.addr.port()
+    );
+    let notify =
+        format!("notify:\n  webhooks:\n    - name: ops\n      url: {}\n", receiver.url("/"));
+    let mut replicas = Vec::new();
+    let mut dirs = Vec::new();
+    for i in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let (yaml, dns, admin) = common::replica_yaml(i, &etcd.url, "/notify/", &notify);
+        std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+        std::fs::write(dir.path().join("profiles/hc.yaml"), &profile).unwrap();
+        replicas.push(common::Replica::start(dir.path(), i, &yaml, dns, admin).await);
+        dirs.push(dir);
+    }
+    let changes = |from: &str, to: &str| {
+        let bodies = receiver.bodies();
+        let n = bodies.iter().filter(|b| b["from"] == from && b["to"] == to).count();
+        (n, bodies)
+    };
+    // Every replica records each change from the same verdicts; only the leader sends.
+    let port = backend.addr;
+    eventually(Duration::from_secs(30), "the first result reaches every replica", async || {
+        let mut all = true;
+        for r in &replicas {
+            all &= r.stderr_text().contains("endpoint status changed");
+        }
+        all
+    })
+    .await;
+    backend.stop().await;
+    eventually(PATIENCE * 2, "the failure is sent", async || changes("online", "degraded").0 >= 1)
+        .await;
+    let backend = HttpBackend::start_at(port).await;
+    eventually(PATIENCE * 2, "the recovery is sent", async || changes("degraded", "online").0 >= 1)
+        .await;
+    for r in &replicas {
+        let seen = async || r.stderr_text().matches("endpoint status changed").count() >= 3;
+        eventually(PATIENCE * 2, &format!("{} recorded every change", r.node), seen).await;
+    }
+    // Anything a second replica sent would arrive by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (down, bodies) = changes("online", "degraded");
+    assert_eq!(down, 1, "{bodies:#?}");
+    for (from, to) in [("degraded", "online"), ("up", "degraded"), ("degraded", "up")] {
+        assert_eq!(changes(from, to).0, 1, "{from} -> {to}: {bodies:#?}");
+    }
+    let servers: std::collections::BTreeSet<&str> =
+        bodies.iter().filter_map(|b| b["server"].as_str()).collect();
+    assert_eq!(servers.len(), 1, "one replica sent everything: {servers:?}");
+    for mut r in replicas {
+        r.terminate();
+    }
+    backend.stop().await;
+}
