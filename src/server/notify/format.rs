@@ -30,6 +30,18 @@ pub fn body(format: Format, change: &Change, server: &str) -> Option<Vec<u8>> {
     Some(serde_json::to_vec(&value).expect("JSON values serialise"))
 }
 
+/// Alertmanager's body that keeps the alerts of `open` firing (each the last change of its
+/// subject, to a status that does not serve), with their first `startsAt`; `None` when
+/// nothing is open. Alertmanager resolves an alert not sent again within its
+/// `resolve_timeout`, so open alerts are sent again every `ALERT_REFRESH`.
+pub fn refresh<'a>(open: impl IntoIterator<Item = &'a Change>, server: &str) -> Option<Vec<u8>> {
+    let list: Vec<Value> = open.into_iter().map(|c| alert(c, &c.to, server)).collect();
+    if list.is_empty() {
+        return None;
+    }
+    Some(serde_json::to_vec(&Value::Array(list)).expect("JSON values serialise"))
+}
+
 pub fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
@@ -219,5 +231,25 @@ mod tests {
         );
         assert_eq!(worse[1]["labels"]["severity"], "critical");
         assert!(worse[1]["labels"].get("endpoint").is_none());
+    }
+
+    #[test]
+    fn a_refresh_fires_the_open_alerts_again_as_they_started() {
+        let ep = change(Subject::Endpoint, "online", "degraded");
+        let profile = change(Subject::Profile, "degraded", "down");
+        let again = parse(refresh([&ep, &profile], "ns2"));
+        assert_eq!(
+            check_postable(&again),
+            [
+                ("SteerdnsEndpointDown".to_string(), false),
+                ("SteerdnsProfileDown".to_string(), false)
+            ]
+        );
+        let first = parse(body(Format::Alertmanager, &ep, "ns1"));
+        assert_eq!(
+            (&again[0]["labels"], &again[0]["startsAt"]),
+            (&first[0]["labels"], &first[0]["startsAt"])
+        );
+        assert_eq!(refresh([], "ns1"), None);
     }
 }

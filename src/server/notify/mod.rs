@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::Snapshot;
 use crate::model::events::Event;
-use crate::model::notify::{NotifySettings, Webhook};
+use crate::model::notify::{Format, NotifySettings, Webhook};
 use crate::probe::tls::Clients;
 use crate::routing::Ctx;
 use change::{Change, ProfileStatus};
@@ -37,6 +37,19 @@ use send::Attempt;
 
 /// The name of the leadership role whose leader sends notifications.
 pub const ROLE: &str = "notify";
+
+/// How often open alerts are sent to Alertmanager again: well within its default
+/// `resolve_timeout` (5 minutes), after which it resolves an alert not sent again.
+pub const ALERT_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a webhook's queue holds.
+#[derive(Clone, Debug)]
+enum Message {
+    Change(Change),
+    /// Alertmanager's open alerts, sent again (in order with the changes, so that a
+    /// refresh never fires again an alert a later change resolved).
+    Refresh(Bytes),
+}
 
 /// What one webhook's sender did, for `/metrics`; kept across reloads.
 #[derive(Debug, Default)]
@@ -75,6 +88,7 @@ impl Notifier {
             workers: HashMap::new(),
             settings: None,
             profiles: HashMap::new(),
+            open: BTreeMap::new(),
             tls: Arc::new(Clients::default()),
         };
         let task = tokio::spawn(dispatcher.run(events));
@@ -109,10 +123,23 @@ struct Target {
 /// One webhook's sender task, as the dispatcher holds it.
 struct Worker {
     target: watch::Sender<Arc<Target>>,
-    queue: Arc<Mutex<Queue<Change>>>,
+    queue: Arc<Mutex<Queue<Message>>>,
     wake: Arc<Notify>,
     counts: Arc<Counts>,
     cancel: CancellationToken,
+}
+
+impl Worker {
+    fn push(&self, messages: &[Message]) {
+        if messages.is_empty() {
+            return;
+        }
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let dropped: usize = messages.iter().map(|m| queue.push(m.clone())).sum();
+        drop(queue);
+        self.counts.dropped.fetch_add(dropped as u64, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
 }
 
 struct Dispatcher {
@@ -125,15 +152,31 @@ struct Dispatcher {
     settings: Option<Arc<NotifySettings>>,
     /// Each tracked profile's last status (profiles that take no answers are not).
     profiles: HashMap<String, ProfileStatus>,
+    /// The last change of each endpoint and profile whose status does not serve, by
+    /// (profile, endpoint; empty for a profile): the alerts open at Alertmanager.
+    open: BTreeMap<(String, String), Change>,
     tls: Arc<Clients>,
 }
 
 impl Dispatcher {
     async fn run(mut self, mut events: broadcast::Receiver<Event>) {
         self.follow_snapshot();
+        let start = tokio::time::Instant::now() + ALERT_REFRESH;
+        let mut refresh = tokio::time::interval_at(start, ALERT_REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leading = self.leading.clone();
         loop {
             let first = tokio::select! {
                 _ = self.cancel.cancelled() => break,
+                _ = refresh.tick() => {
+                    self.refresh();
+                    continue;
+                }
+                // A new leader sends the open alerts at once: the old one sends them no more.
+                Ok(()) = async { leading.as_mut().expect("guarded").changed().await }, if leading.is_some() => {
+                    self.refresh();
+                    continue;
+                }
                 changed = self.snapshots.replaced.changed() => {
                     if changed.is_err() {
                         break;
@@ -178,12 +221,42 @@ impl Dispatcher {
         self.reconcile(snap.notify.clone());
         if self.settings.is_none() {
             self.profiles.clear();
+            self.open.clear();
             return;
         }
         let ctx = Ctx::of(&snap);
         self.profiles = (snap.profiles.iter())
             .filter_map(|p| Some((p.name.clone(), change::of_profile(ctx, p)?.0)))
             .collect();
+        // Alerts of endpoints that are gone, and of profiles whose status is not the one
+        // the alert is about, are no longer sent again (Alertmanager resolves them).
+        let profiles = &self.profiles;
+        self.open.retain(|(profile, endpoint), c| {
+            if endpoint.is_empty() {
+                return profiles.get(profile).is_some_and(|s| s.as_str() == c.to);
+            }
+            let p = snap.profiles.iter().find(|p| &p.name == profile);
+            p.is_some_and(|p| p.endpoints.iter().any(|e| &e.name == endpoint))
+        });
+    }
+
+    fn is_leading(&self) -> bool {
+        self.leading.as_ref().is_none_or(|l| *l.borrow())
+    }
+
+    /// Queues the open alerts for every Alertmanager webhook (only when leading).
+    fn refresh(&mut self) {
+        let Some(settings) = self.settings.clone() else { return };
+        if !self.is_leading() {
+            return;
+        }
+        let Some(body) = format::refresh(self.open.values(), &settings.server) else { return };
+        let body = Bytes::from(body);
+        for hook in settings.webhooks.iter().filter(|h| h.format == Format::Alertmanager) {
+            if let Some(w) = self.workers.get(&hook.name) {
+                w.push(&[Message::Refresh(body.clone())]);
+            }
+        }
     }
 
     /// Starts, updates and stops senders to match `settings`.
@@ -257,17 +330,21 @@ impl Dispatcher {
         if let Some(last) = changes.last().map(|c| (c.at, c.seq)) {
             changes.extend(self.profile_changes(&snap, last));
         }
-        let leading = self.leading.as_ref().is_none_or(|l| *l.borrow());
+        for c in &changes {
+            let key = (c.profile.clone(), c.endpoint.clone());
+            if c.to_serving {
+                self.open.remove(&key);
+            } else {
+                self.open.insert(key, c.clone());
+            }
+        }
+        let leading = self.is_leading();
+        let messages: Vec<Message> = changes.into_iter().map(Message::Change).collect();
         for w in self.workers.values() {
             w.counts.dropped.fetch_add(missed, Ordering::Relaxed);
-            if !leading || changes.is_empty() {
-                continue;
+            if leading {
+                w.push(&messages);
             }
-            let mut queue = w.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            let dropped: usize = changes.iter().map(|c| queue.push(c.clone())).sum();
-            drop(queue);
-            w.counts.dropped.fetch_add(dropped as u64, Ordering::Relaxed);
-            w.wake.notify_one();
         }
         if missed > 0 {
             tracing::warn!(
@@ -305,7 +382,7 @@ impl Dispatcher {
 /// retries, before the next.
 struct Sender {
     target: watch::Receiver<Arc<Target>>,
-    queue: Arc<Mutex<Queue<Change>>>,
+    queue: Arc<Mutex<Queue<Message>>>,
     wake: Arc<Notify>,
     counts: Arc<Counts>,
     cancel: CancellationToken,
@@ -316,7 +393,7 @@ impl Sender {
     async fn run(self) {
         loop {
             let next = self.queue.lock().unwrap_or_else(PoisonError::into_inner).pop();
-            let Some(change) = next else {
+            let Some(message) = next else {
                 tokio::select! {
                     _ = self.cancel.cancelled() => return,
                     _ = self.wake.notified() => continue,
@@ -324,16 +401,21 @@ impl Sender {
             };
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
-                _ = self.deliver(&change) => {}
+                _ = self.deliver(message) => {}
             }
         }
     }
 
-    async fn deliver(&self, change: &Change) {
+    async fn deliver(&self, message: Message) {
         let target = self.target.borrow().clone();
         let hook = &target.hook;
-        let Some(body) = format::body(hook.format, change, &target.server) else { return };
-        let body = Bytes::from(body);
+        let (body, seq) = match message {
+            Message::Change(c) => match format::body(hook.format, &c, &target.server) {
+                Some(body) => (Bytes::from(body), c.seq),
+                None => return,
+            },
+            Message::Refresh(body) => (body, 0),
+        };
         let mut retry = 0;
         loop {
             let why = match send::post(hook, body.clone(), &self.tls).await {
@@ -346,7 +428,7 @@ impl Sender {
             };
             if retry >= hook.retries {
                 self.counts.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(webhook = %hook.name, attempts = retry + 1, error = %why, seq = change.seq, "notification not delivered; giving up");
+                tracing::warn!(webhook = %hook.name, attempts = retry + 1, error = %why, seq, "notification not delivered; giving up");
                 return;
             }
             retry += 1;
