@@ -198,11 +198,12 @@ fn profile_messages(bodies: &[Value]) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// (sent, failed, retried, dropped) of `webhook`; zeros until its sender started.
 fn counts(server: &Server, webhook: &str) -> [u64; 4] {
     use std::sync::atomic::Ordering::Relaxed;
     let notifier = server.control().notify.get().expect("a notifier");
     let all = notifier.counts();
-    let c = &all.iter().find(|(n, _)| n == webhook).expect("counts of the webhook").1;
+    let Some((_, c)) = all.iter().find(|(n, _)| n == webhook) else { return [0; 4] };
     [&c.sent, &c.failed, &c.retried, &c.dropped].map(|n| n.load(Relaxed))
 }
 
@@ -315,6 +316,15 @@ async fn retries_after_errors_and_gives_up_after_the_bound() {
     assert!(same.iter().all(|b| *b == same[0]), "every attempt sends the same body");
     assert_eq!(counts(&server, "flaky"), [1, 0, 2, 0]);
     assert_eq!(counts(&server, "broken"), [0, 1, 2, 0]);
+    let metrics = steerdns::server::admin::metrics::render(server.control());
+    for line in [
+        "steerdns_notify_sent_total{webhook=\"flaky\"} 1",
+        "steerdns_notify_retried_total{webhook=\"flaky\"} 2",
+        "steerdns_notify_failed_total{webhook=\"broken\"} 1",
+        "steerdns_notify_dropped_total{webhook=\"broken\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
     server.shutdown().await;
     a.stop().await;
 }
