@@ -524,3 +524,43 @@ async fn in_a_cluster_each_change_arrives_once() {
     }
     backend.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_a_webhook_and_rotates_its_token() {
+    let a = HttpBackend::start("127.0.0.9").await;
+    let b = HttpBackend::start("127.0.0.10").await;
+    let old = Receiver::start(&[], Answer::Status(200)).await;
+    let new = Receiver::start(&[], Answer::Status(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "first").unwrap();
+    let notify = |url: String| {
+        format!(
+            "notify:\n  webhooks:\n    - name: ops\n      url: {url}\n      secret_file: token\n"
+        )
+    };
+    let path = write_config(dir.path(), &notify(old.url("/")), &profile(&[&a, &b]));
+    let server = Server::start(&path).await.unwrap();
+    let online =
+        || async { recorded(&server).iter().filter(|(_, _, to)| to == "online").count() == 2 };
+    eventually(PATIENCE, "both endpoints online", online).await;
+    eventually(PATIENCE, "the old receiver has both", async || old.requests().len() == 2).await;
+    std::fs::write(dir.path().join("token"), "second\n").unwrap();
+    write_config(dir.path(), &notify(new.url("/v2")), &profile(&[&a, &b]));
+    server.reload().expect("the new configuration loads");
+    a.stop().await;
+    eventually(PATIENCE, "the new receiver gets the failure", async || {
+        endpoint_messages(&new.bodies()).contains(&("a".into(), "online".into(), "degraded".into()))
+    })
+    .await;
+    assert_eq!(old.requests().len(), 2, "nothing more to the old URL");
+    for r in new.requests() {
+        assert_eq!((r.path.as_str(), r.header("authorization")), ("/v2", Some("Bearer second")));
+    }
+    // Counts carry on under the same name.
+    eventually(PATIENCE, "the counts go on", async || {
+        counts(&server, "ops")[0] == 2 + new.requests().len() as u64
+    })
+    .await;
+    server.shutdown().await;
+    b.stop().await;
+}
