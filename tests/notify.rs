@@ -13,8 +13,8 @@ use common::{HttpBackend, eventually};
 use serde_json::Value;
 use steerdns::model::events::Kind;
 use steerdns::server::Server;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 /// Longest wait for anything that should happen within a few probe intervals.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -61,7 +61,17 @@ struct Receiver {
 
 impl Receiver {
     async fn start(script: &[Answer], then: Answer) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Receiver::start_tls("127.0.0.1", script, then, None).await
+    }
+
+    /// `start` on `ip`, speaking HTTPS with `tls` when given.
+    async fn start_tls(
+        ip: &str,
+        script: &[Answer],
+        then: Answer,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Receiver {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let r = Receiver {
             addr: listener.local_addr().unwrap(),
             got: Arc::default(),
@@ -72,8 +82,17 @@ impl Receiver {
         tokio::spawn(async move {
             let mut held = Vec::new();
             while let Ok((conn, _)) = listener.accept().await {
-                let me = me.clone();
-                held.push(tokio::spawn(async move { me.answer(conn).await }));
+                let (me, tls) = (me.clone(), tls.clone());
+                held.push(tokio::spawn(async move {
+                    match tls {
+                        Some(tls) => {
+                            if let Ok(conn) = tls.accept(conn).await {
+                                me.answer(conn).await;
+                            }
+                        }
+                        None => me.answer(conn).await,
+                    }
+                }));
             }
         });
         r
@@ -83,7 +102,7 @@ impl Receiver {
         format!("http://{}{path}", self.addr)
     }
 
-    async fn answer(&self, mut conn: TcpStream) {
+    async fn answer<S: AsyncRead + AsyncWrite + Unpin>(&self, mut conn: S) {
         let Some(request) = read_request(&mut conn).await else { return };
         let answer = self.script.lock().unwrap().pop().unwrap_or(self.then);
         self.got.lock().unwrap().push(request);
@@ -111,7 +130,7 @@ impl Receiver {
 }
 
 /// A request head and its `Content-Length` body, as JSON.
-async fn read_request(conn: &mut TcpStream) -> Option<Request> {
+async fn read_request<S: AsyncRead + Unpin>(conn: &mut S) -> Option<Request> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let end = loop {
@@ -563,4 +582,77 @@ async fn a_reload_moves_a_webhook_and_rotates_its_token() {
     .await;
     server.shutdown().await;
     b.stop().await;
+}
+
+/// A TLS acceptor serving `cert` and `key` (PEM files).
+fn acceptor(cert: &Path, key: &Path) -> tokio_rustls::TlsAcceptor {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(cert).unwrap().map(Result::unwrap).collect();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_webhooks_deliver_only_to_a_trusted_certificate() {
+    let a = HttpBackend::start("127.0.0.11").await;
+    // Trusted: the system roots are the test authority's (SSL_CERT_FILE, for the child).
+    let pki = common::TestPki::new();
+    let tls = || Some(acceptor(&pki.server_cert, &pki.server_key));
+    let trusted = Receiver::start_tls("127.0.0.1", &[], Answer::Status(200), tls()).await;
+    // The same certificate, reached by a name it does not have.
+    let other_name = Receiver::start_tls("127.0.0.12", &[], Answer::Status(200), tls()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let notify = format!(
+        "notify:\n  webhooks:\n    - name: trusted\n      url: https://localhost:{}/hook\n    \
+         - name: wrong\n      url: https://127.0.0.12:{}/hook\n      retries: 0\n",
+        trusted.addr.port(),
+        other_name.addr.port()
+    );
+    let path = write_config(dir.path(), &notify, &profile(&[&a]));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .args(["serve", "-c"])
+        .arg(&path)
+        .env("SSL_CERT_FILE", &pki.ca)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually(PATIENCE, "the trusted receiver gets the first change", async || {
+        !trusted.requests().is_empty()
+    })
+    .await;
+    let r = &trusted.requests()[0];
+    let host = format!("localhost:{}", trusted.addr.port());
+    assert_eq!((r.path.as_str(), r.header("host")), ("/hook", Some(host.as_str())));
+    assert_eq!(r.body["to"], "online");
+    let log = Arc::new(Mutex::new(String::new()));
+    let (lines, stderr) = (log.clone(), child.stderr.take().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut reader = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(l)) = reader.next_line().await {
+            lines.lock().unwrap().push_str(&l);
+        }
+    });
+    eventually(PATIENCE, "the wrong name is given up", async || {
+        let log = log.lock().unwrap();
+        log.contains("giving up") && log.contains("webhook=wrong")
+    })
+    .await;
+    assert!(log.lock().unwrap().contains("TLS"), "{}", log.lock().unwrap());
+    assert!(other_name.requests().is_empty(), "no request over a connection to the wrong name");
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+    a.stop().await;
 }
