@@ -538,6 +538,11 @@ async fn in_a_cluster_each_change_arrives_once() {
     let servers: std::collections::BTreeSet<&str> =
         bodies.iter().filter_map(|b| b["server"].as_str()).collect();
     assert_eq!(servers.len(), 1, "one replica sent everything: {servers:?}");
+    let sender = servers.first().unwrap().to_string();
+    for r in &replicas {
+        let cluster = common::http(r.admin, "GET", "/api/v1/cluster", &[]).await.json();
+        assert_eq!(cluster["cluster"]["leaders"]["notify"], sender.as_str(), "{}", r.node);
+    }
     for mut r in replicas {
         r.terminate();
     }

@@ -185,16 +185,16 @@ impl Server {
             server.control.load.set_publisher(publisher);
         }
         // In a cluster only the leader of the `notify` role sends notifications.
-        let leading = session.as_ref().map(|s| {
+        let leadership = session.as_ref().map(|s| {
             let cancel = server.cancel.clone();
-            cluster::leader::Leadership::start(s.clone(), notify::ROLE, cancel).leading()
+            cluster::leader::Leadership::start(s.clone(), notify::ROLE, cancel)
         });
         let snapshots = notify::Snapshots {
             current: server.control.shared.clone(),
             replaced: server.control.served(),
         };
         let (notifier, task) =
-            notify::Notifier::start(status_events, snapshots, leading, server.cancel.clone());
+            notify::Notifier::start(status_events, snapshots, leadership, server.cancel.clone());
         let _ = server.control.notify.set(notifier);
         server.tasks.spawn(async move {
             let _ = task.await;

@@ -26,6 +26,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::cluster::leader::Leadership;
 use crate::model::Snapshot;
 use crate::model::events::Event;
 use crate::model::notify::{Format, NotifySettings, Webhook};
@@ -64,22 +65,25 @@ pub struct Counts {
     pub dropped: AtomicU64,
 }
 
-/// The running notifier: its counts by webhook name.
+/// The running notifier: its counts by webhook name, and in a cluster its part in the
+/// `notify` role.
 #[derive(Debug, Default)]
 pub struct Notifier {
     counts: Mutex<BTreeMap<String, Arc<Counts>>>,
+    leadership: Option<Leadership>,
 }
 
 impl Notifier {
     /// Starts the dispatcher. `events` must be subscribed before the prober records its
-    /// first change; `leading` (in a cluster) says whether this replica sends.
+    /// first change; in a cluster, only the leader of `leadership` sends.
     pub fn start(
         events: broadcast::Receiver<Event>,
         snapshots: Snapshots,
-        leading: Option<watch::Receiver<bool>>,
+        leadership: Option<Leadership>,
         cancel: CancellationToken,
     ) -> (Arc<Notifier>, tokio::task::JoinHandle<()>) {
-        let notifier = Arc::new(Notifier::default());
+        let leading = leadership.as_ref().map(Leadership::leading);
+        let notifier = Arc::new(Notifier { counts: Mutex::default(), leadership });
         let dispatcher = Dispatcher {
             notifier: notifier.clone(),
             snapshots,
@@ -93,6 +97,12 @@ impl Notifier {
         };
         let task = tokio::spawn(dispatcher.run(events));
         (notifier, task)
+    }
+
+    /// The node leading the `notify` role as last seen (`None`: not in a cluster, nobody
+    /// leads, or not known while etcd cannot be reached).
+    pub fn leader(&self) -> Option<String> {
+        self.leadership.as_ref().and_then(Leadership::leader)
     }
 
     /// (webhook, counts) in name order.
