@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{HttpBackend, eventually};
-use serde_json::Value;
+use serde_json::{Value, json};
 use steerdns::model::events::Kind;
 use steerdns::server::Server;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -263,7 +263,11 @@ async fn each_change_reaches_each_webhook_once() {
         recorded(&server).iter().filter(|(n, _, to)| n == "a" && to == "online").count() == 2
     })
     .await;
-    let changes = recorded(&server);
+    // A first success (checking -> online) is no news: everything else is sent.
+    let all = recorded(&server);
+    assert_eq!(all.iter().filter(|(_, from, _)| from == "checking").count(), 2, "{all:?}");
+    let changes: Vec<_> = all.into_iter().filter(|(_, from, _)| from != "checking").collect();
+    assert_eq!(changes.len(), 2, "{changes:?}");
     let want_profiles: Vec<(String, String, String)> = [("up", "degraded"), ("degraded", "up")]
         .iter()
         .map(|(f, t)| ("www.tm.example.test.".to_string(), f.to_string(), t.to_string()))
@@ -307,8 +311,12 @@ async fn each_change_reaches_each_webhook_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_after_errors_and_gives_up_after_the_bound() {
+    // A backend that is down from the start: its endpoint goes checking -> degraded, and
+    // the profile up -> down. Two messages.
     let a = HttpBackend::start("127.0.0.4").await;
-    // Two 500s, then it takes the message.
+    let profile = profile(&[&a]);
+    a.stop().await;
+    // Two 500s, then it takes every message.
     let flaky =
         Receiver::start(&[Answer::Status(500), Answer::Status(500)], Answer::Status(200)).await;
     let broken = Receiver::start(&[], Answer::Status(503)).await;
@@ -319,33 +327,38 @@ async fn retries_after_errors_and_gives_up_after_the_bound() {
         flaky.url("/"),
         broken.url("/")
     );
-    let path = write_config(dir.path(), &notify, &profile(&[&a]));
+    let path = write_config(dir.path(), &notify, &profile);
     let server = Server::start(&path).await.unwrap();
-    // The first probe's checking -> online is the one change; backoff 1s, then 2s.
-    eventually(PATIENCE, "the flaky receiver takes it", async || counts(&server, "flaky")[0] == 1)
-        .await;
-    eventually(PATIENCE, "the broken receiver is given up", async || {
-        counts(&server, "broken")[1] == 1
+    // Backoff 1s, then 2s.
+    eventually(PATIENCE, "the flaky receiver takes both", async || {
+        counts(&server, "flaky")[0] == 2
     })
     .await;
-    assert_eq!(recorded(&server).len(), 1, "one change: {:?}", recorded(&server));
-    assert_eq!(flaky.requests().len(), 3, "two failed attempts and the one taken");
-    assert_eq!(broken.requests().len(), 3, "the first attempt and 2 retries");
-    let same: Vec<Value> = broken.bodies();
-    assert!(same.iter().all(|b| *b == same[0]), "every attempt sends the same body");
-    assert_eq!(counts(&server, "flaky"), [1, 0, 2, 0]);
-    assert_eq!(counts(&server, "broken"), [0, 1, 2, 0]);
+    eventually(PATIENCE * 2, "the broken receiver is given up twice", async || {
+        counts(&server, "broken")[1] == 2
+    })
+    .await;
+    let want = [("a".to_string(), "checking".to_string(), "degraded".to_string())];
+    assert_eq!(recorded(&server), want);
+    assert_eq!(flaky.requests().len(), 4, "two failed attempts, the one taken, the next");
+    assert_eq!(broken.requests().len(), 6, "for each message the first attempt and 2 retries");
+    let bodies = broken.bodies();
+    assert!(bodies[..3].iter().all(|b| *b == bodies[0]), "every attempt sends the same body");
+    assert!(bodies[3..].iter().all(|b| *b == bodies[3]), "every attempt sends the same body");
+    assert_eq!((&bodies[0]["kind"], &bodies[3]["kind"]), (&json!("endpoint"), &json!("profile")));
+    assert_eq!(flaky.bodies()[2..], bodies[2..4], "the same messages to both");
+    assert_eq!(counts(&server, "flaky"), [2, 0, 2, 0]);
+    assert_eq!(counts(&server, "broken"), [0, 2, 4, 0]);
     let metrics = steerdns::server::admin::metrics::render(server.control());
     for line in [
-        "steerdns_notify_sent_total{webhook=\"flaky\"} 1",
+        "steerdns_notify_sent_total{webhook=\"flaky\"} 2",
         "steerdns_notify_retried_total{webhook=\"flaky\"} 2",
-        "steerdns_notify_failed_total{webhook=\"broken\"} 1",
+        "steerdns_notify_failed_total{webhook=\"broken\"} 2",
         "steerdns_notify_dropped_total{webhook=\"broken\"} 0",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
     server.shutdown().await;
-    a.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,14 +575,21 @@ async fn a_reload_moves_a_webhook_and_rotates_its_token() {
             "notify:\n  webhooks:\n    - name: ops\n      url: {url}\n      secret_file: token\n"
         )
     };
-    let path = write_config(dir.path(), &notify(old.url("/")), &profile(&[&a, &b]));
+    let profiles = profile(&[&a, &b]);
+    let path = write_config(dir.path(), &notify(old.url("/")), &profiles);
     let server = Server::start(&path).await.unwrap();
     let online =
         || async { recorded(&server).iter().filter(|(_, _, to)| to == "online").count() == 2 };
     eventually(PATIENCE, "both endpoints online", online).await;
-    eventually(PATIENCE, "the old receiver has both", async || old.requests().len() == 2).await;
+    b.stop().await;
+    // b degraded, and the profile with it.
+    eventually(PATIENCE, "the old receiver has b's failure", async || old.requests().len() == 2)
+        .await;
+    for r in old.requests() {
+        assert_eq!((r.path.as_str(), r.header("authorization")), ("/", Some("Bearer first")));
+    }
     std::fs::write(dir.path().join("token"), "second\n").unwrap();
-    write_config(dir.path(), &notify(new.url("/v2")), &profile(&[&a, &b]));
+    write_config(dir.path(), &notify(new.url("/v2")), &profiles);
     server.reload().expect("the new configuration loads");
     a.stop().await;
     eventually(PATIENCE, "the new receiver gets the failure", async || {
@@ -586,7 +606,6 @@ async fn a_reload_moves_a_webhook_and_rotates_its_token() {
     })
     .await;
     server.shutdown().await;
-    b.stop().await;
 }
 
 /// A TLS acceptor serving `cert` and `key` (PEM files).
@@ -608,7 +627,10 @@ fn acceptor(cert: &Path, key: &Path) -> tokio_rustls::TlsAcceptor {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_webhooks_deliver_only_to_a_trusted_certificate() {
+    // Down from the start: checking -> degraded is the first change.
     let a = HttpBackend::start("127.0.0.11").await;
+    let profile = profile(&[&a]);
+    a.stop().await;
     // Trusted: the system roots are the test authority's (SSL_CERT_FILE, for the child).
     let pki = common::TestPki::new();
     let tls = || Some(acceptor(&pki.server_cert, &pki.server_key));
@@ -622,7 +644,7 @@ async fn https_webhooks_deliver_only_to_a_trusted_certificate() {
         trusted.addr.port(),
         other_name.addr.port()
     );
-    let path = write_config(dir.path(), &notify, &profile(&[&a]));
+    let path = write_config(dir.path(), &notify, &profile);
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
         .args(["serve", "-c"])
         .arg(&path)
@@ -640,7 +662,7 @@ async fn https_webhooks_deliver_only_to_a_trusted_certificate() {
     let r = &trusted.requests()[0];
     let host = format!("localhost:{}", trusted.addr.port());
     assert_eq!((r.path.as_str(), r.header("host")), ("/hook", Some(host.as_str())));
-    assert_eq!(r.body["to"], "online");
+    assert_eq!(r.body["to"], "degraded");
     let log = Arc::new(Mutex::new(String::new()));
     let (lines, stderr) = (log.clone(), child.stderr.take().unwrap());
     tokio::spawn(async move {
@@ -659,5 +681,4 @@ async fn https_webhooks_deliver_only_to_a_trusted_certificate() {
     assert!(other_name.requests().is_empty(), "no request over a connection to the wrong name");
     child.start_kill().unwrap();
     let _ = child.wait().await;
-    a.stop().await;
 }

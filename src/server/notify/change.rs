@@ -67,6 +67,15 @@ impl Change {
     }
 }
 
+impl Change {
+    /// A new endpoint's first probe result, `checking` to `online`: it served before and
+    /// does now, so nothing is sent. Without this every start and reload would send one
+    /// message per endpoint, filling the queues while nothing failed.
+    pub fn is_first_success(&self) -> bool {
+        self.subject == Subject::Endpoint && self.from == "checking" && self.to == "online"
+    }
+}
+
 /// A profile's status as notifications show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProfileStatus {
@@ -201,5 +210,16 @@ mod tests {
             (Subject::Endpoint, "online", "degraded", true, false, 4)
         );
         assert_eq!(Change::of_event(&Event::new(Kind::Drain, "p.", "e")), None);
+        // (from, to, a first success)
+        let cases = [
+            ("checking", "online", true),
+            ("checking", "degraded", false),
+            ("degraded", "online", false),
+            ("online", "degraded", false),
+        ];
+        for (from, to, want) in cases {
+            let e = Event::new(Kind::Status, "p.", "e").change(from, to);
+            assert_eq!(Change::of_event(&e).unwrap().is_first_success(), want, "{from} {to}");
+        }
     }
 }

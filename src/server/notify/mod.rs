@@ -340,6 +340,7 @@ impl Dispatcher {
         if let Some(last) = changes.last().map(|c| (c.at, c.seq)) {
             changes.extend(self.profile_changes(&snap, last));
         }
+        changes.retain(|c| !c.is_first_success());
         for c in &changes {
             let key = (c.profile.clone(), c.endpoint.clone());
             if c.to_serving {
