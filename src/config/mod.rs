@@ -22,6 +22,7 @@ mod host;
 pub mod keyfile;
 pub mod load;
 mod monitor;
+mod notify;
 pub mod overrides;
 mod par;
 mod probe;
@@ -188,6 +189,9 @@ fn load_with(
     let rum =
         rum::build(rum_sink, raw.rum.as_ref(), &world, &base, top_state.as_deref()).map(Arc::new);
     let load_rules = load::rules(&mut Sink { file: path, errors: &mut errors }, raw.load.as_ref());
+    let server_name = cluster.as_ref().map_or_else(host::host_name, |c| c.node.clone());
+    let notify_sink = &mut Sink { file: path, errors: &mut errors };
+    let notify = notify::build(notify_sink, raw.notify.as_ref(), &base, &server_name).map(Arc::new);
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {
         ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
@@ -277,6 +281,7 @@ fn load_with(
         probe_source,
         rum,
         load_rules,
+        notify,
     };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
@@ -307,6 +312,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         probe_source: prev.probe_source,
         rum: prev.rum.clone(),
         load_rules: prev.load_rules.clone(),
+        notify: prev.notify.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -341,6 +347,7 @@ struct Parts {
     rum: Option<Arc<crate::geo::rum::RumSettings>>,
     /// `None` when the profiles have no load feed (set by `assemble`).
     load_rules: Option<Arc<LoadRules>>,
+    notify: Option<Arc<crate::model::notify::NotifySettings>>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
@@ -357,6 +364,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
         probe_source,
         rum,
         load_rules,
+        notify,
     } = parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
@@ -373,6 +381,7 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     snapshot.cluster = cluster;
     snapshot.probe_source = probe_source;
     snapshot.rum = rum;
+    snapshot.notify = notify;
     let fed = snapshot.profiles.iter().flat_map(|p| &p.endpoints).any(|e| e.load.is_some());
     snapshot.load_rules = load_rules.filter(|_| fed);
     let prev_load = previous.map(|p| (p.profiles.as_slice(), &*p.load));

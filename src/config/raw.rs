@@ -17,7 +17,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 
 use super::schema::{
     AsnNumber, DegradedMatch, DurationText, EndpointName, ListenAddress, Network, OnStaleName,
-    ProbeProtocol, RoutingMethod, SourceAddress, Target, TokenRoleName,
+    ProbeProtocol, RoutingMethod, SourceAddress, Target, TokenRoleName, WebhookFormatName,
 };
 
 use crate::diag::{Located, Pos};
@@ -61,6 +61,49 @@ pub struct RawServer {
     /// Load feedback: the rules that turn endpoints' loads into shares of their traffic
     /// (docs/load.md). Applies to endpoints with a `load:` of their own.
     pub load: Option<Loc<RawLoad>>,
+    /// Notifications of endpoint and profile status changes (docs/notifications.md).
+    pub notify: Option<Loc<RawNotify>>,
+}
+
+/// `notify:`: where status changes are sent.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Notify")]
+pub struct RawNotify {
+    /// The webhooks every change is posted to, each on its own: at most 16.
+    pub webhooks: Loc<Vec<Loc<RawWebhook>>>,
+    /// How many messages each webhook's queue holds while it is slow or down; when full,
+    /// the oldest is dropped: 1..100000 (default 1000).
+    pub queue: Option<Loc<Int>>,
+}
+
+/// `notify.webhooks[]`: one receiver of status changes.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Webhook")]
+pub struct RawWebhook {
+    /// Names the webhook in metrics and logs: unique, letters, digits, `-` and `_`.
+    pub name: Loc<String>,
+    /// `http://` or `https://` URL posted to. With `format: alertmanager`, the
+    /// Alertmanager's address: `/api/v2/alerts` is added to its path.
+    pub url: Loc<String>,
+    /// The body: `generic` (JSON, one change), `slack` (an incoming webhook's `text`) or
+    /// `alertmanager` (Alertmanager's v2 API) (default generic).
+    #[schemars(with = "Option<WebhookFormatName>")]
+    pub format: Option<Loc<String>>,
+    /// How long one attempt may take, connecting and reading the response included:
+    /// 100ms..1m (default 5s).
+    #[schemars(with = "Option<DurationText>")]
+    pub timeout: Option<Loc<String>>,
+    /// Extra request headers: at most 16 (`Content-Type`, `Content-Length`, `Host` and,
+    /// with `secret_file`, `Authorization` are set by steerdns).
+    pub headers: Option<Loc<BTreeMap<String, String>>>,
+    /// A file holding a token sent as `Authorization: Bearer <token>` (surrounding white
+    /// space ignored; at most 4KiB). Read at every load.
+    pub secret_file: Option<Loc<String>>,
+    /// Attempts after the first when the receiver cannot be reached or answers other than
+    /// 2xx, after 1s, 2s, 4s... (at most 60s) apart: 0..20 (default 5).
+    pub retries: Option<Loc<Int>>,
 }
 
 /// `load:`: the control rules of load feedback (every key optional).

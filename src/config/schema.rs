@@ -250,6 +250,12 @@ text_schema!(
 );
 
 text_schema!(
+    /// `notify.webhooks[].format`, as `notify::format` reads it.
+    WebhookFormatName as "WebhookFormat",
+    json_schema!({ "type": "string", "enum": ["generic", "slack", "alertmanager"] })
+);
+
+text_schema!(
     /// `admin.tokens[].role`, as `config::token_role` reads it.
     TokenRoleName as "TokenRole",
     json_schema!({ "type": "string", "enum": ["read", "write"] })

@@ -2,17 +2,24 @@
 //! status changes from the prober, and run-time overrides set or dropped. A bounded list,
 //! numbered in the order recorded, under a mutex the query path never takes. With a state
 //! file the newest `PERSISTED` are kept in it, so a restart starts from them and numbers
-//! on from the last one.
+//! on from the last one. `subscribe` hands each new event to a listener (the webhook
+//! notifier) through a bounded broadcast channel, so a slow listener never holds up the
+//! recorder: it misses events instead, and is told how many.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
+
+use tokio::sync::broadcast;
 
 /// How many events are kept: the oldest go first.
 pub const CAPACITY: usize = 1000;
 
 /// How many of the newest events the state file keeps across a restart.
 pub const PERSISTED: usize = 200;
+
+/// How many events a subscriber may fall behind before it misses the oldest.
+pub const SUBSCRIBER_BACKLOG: usize = 4096;
 
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +133,8 @@ impl Event {
 pub struct Events {
     inner: Mutex<Inner>,
     capacity: usize,
+    /// New events for subscribers; sending never waits for them.
+    recorded: broadcast::Sender<Event>,
 }
 
 #[derive(Debug, Default)]
@@ -144,7 +153,15 @@ impl Default for Events {
 
 impl Events {
     pub fn with_capacity(capacity: usize) -> Events {
-        Events { inner: Mutex::default(), capacity: capacity.max(1) }
+        let (recorded, _) = broadcast::channel(SUBSCRIBER_BACKLOG);
+        Events { inner: Mutex::default(), capacity: capacity.max(1), recorded }
+    }
+
+    /// Every event recorded from now on, in order (events restored from the state file are
+    /// not new, and are not sent). A receiver more than `SUBSCRIBER_BACKLOG` behind gets
+    /// `Lagged` with the number it missed.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.recorded.subscribe()
     }
 
     /// Numbers `event` and keeps it, dropping the oldest when full; returns its number.
@@ -154,6 +171,11 @@ impl Events {
         event.seq = inner.last_seq;
         if inner.list.len() == self.capacity {
             inner.list.pop_front();
+        }
+        // Under the lock, so that subscribers see events in the order they are numbered.
+        // Without subscribers this is one atomic load: nothing is cloned.
+        if self.recorded.receiver_count() > 0 {
+            let _ = self.recorded.send(event.clone());
         }
         inner.list.push_back(event);
         inner.last_seq
@@ -232,6 +254,25 @@ mod tests {
         }
         let (list, _) = events.since(4);
         assert_eq!((list[0].endpoint.as_str(), list[0].by.as_deref()), ("e4", Some("alice")));
+    }
+
+    #[test]
+    fn subscribers_get_new_events_in_order_and_learn_what_they_missed() {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let events = Events::with_capacity(3);
+        events.restore(vec![Event { seq: 7, ..Event::new(Kind::Drain, "p.", "old") }]);
+        let mut rx = events.subscribe();
+        events.record(Event::new(Kind::Status, "p.", "a").change("online", "degraded"));
+        events.record(Event::new(Kind::Status, "p.", "b").change("online", "degraded"));
+        let got: Vec<(u64, String)> =
+            (0..2).map(|_| rx.try_recv().unwrap()).map(|e| (e.seq, e.endpoint)).collect();
+        assert_eq!(got, [(8, "a".to_string()), (9, "b".to_string())]);
+        assert_eq!(rx.try_recv().unwrap_err(), TryRecvError::Empty);
+        for _ in 0..SUBSCRIBER_BACKLOG + 5 {
+            events.record(Event::new(Kind::Undrain, "p.", "c"));
+        }
+        assert_eq!(rx.try_recv().unwrap_err(), TryRecvError::Lagged(5));
+        assert_eq!(rx.try_recv().unwrap().seq, 9 + 6);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod dnssec;
 pub mod events;
 pub mod health;
 pub mod load;
+pub mod notify;
 pub mod presigned;
 pub mod profile;
 pub mod sigcache;

@@ -209,6 +209,8 @@ pub struct Snapshot {
     pub rum: Option<Arc<crate::geo::rum::RumSettings>>,
     /// `load:`; `None` when no endpoint has a load feed.
     pub load_rules: Option<Arc<LoadRules>>,
+    /// `notify:`: the webhooks status changes are posted to.
+    pub notify: Option<Arc<crate::model::notify::NotifySettings>>,
     /// Each endpoint's effective share, by health slot (full without load feedback).
     pub load: Arc<LoadTable>,
 }
@@ -247,6 +249,7 @@ impl Snapshot {
             probe_source: ProbeSource::default(),
             rum: None,
             load_rules: None,
+            notify: None,
             load,
         }
     }
@@ -334,6 +337,7 @@ impl Snapshot {
             sign_counts: self.sign_counts.clone(),
             rum: self.rum.clone(),
             load_rules: self.load_rules.clone(),
+            notify: self.notify.clone(),
             load: self.load.clone(),
         }
     }

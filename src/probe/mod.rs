@@ -18,7 +18,7 @@ mod live;
 pub mod plan;
 mod schedule;
 pub mod state;
-mod tls;
+pub mod tls;
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};

@@ -66,6 +66,8 @@ pub struct Control {
     pub health_views: OnceLock<Arc<HealthViews>>,
     /// Real user measurements, when `rum:` was set at startup (set once).
     pub rum: OnceLock<Arc<super::rum::Rum>>,
+    /// Webhook notifications of status changes (set once at startup).
+    pub notify: OnceLock<Arc<super::notify::Notifier>>,
     /// Load feedback: the shares of the last control step, pushed loads, feed errors.
     pub load: Arc<super::load::Loads>,
     /// Serialises reloads and override changes; never taken by queries.
@@ -141,6 +143,7 @@ impl Control {
             health_views: OnceLock::new(),
             last_reload: LastReload::started(served.generation),
             rum: OnceLock::new(),
+            notify: OnceLock::new(),
             load: Arc::default(),
             shared_revision: watch::Sender::new(0),
             served: watch::Sender::new(served),

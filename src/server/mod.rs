@@ -16,6 +16,7 @@ pub mod fdlimit;
 pub mod key_timing;
 pub mod last_reload;
 pub mod load;
+pub mod notify;
 pub mod overrides;
 pub mod presign;
 pub mod reloader;
@@ -73,7 +74,7 @@ pub struct Server {
     /// The tasks that talk to etcd: a call in flight to an unreachable etcd may not end
     /// soon after the cancellation, so shutdown waits for them at most `CLUSTER_STOP`.
     cluster_tasks: JoinSet<()>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    _watcher: Option<::notify::RecommendedWatcher>,
 }
 
 impl Server {
@@ -119,6 +120,8 @@ impl Server {
         if let Some(path) = &loaded.cache.state_file {
             events.restore(config::overrides::read_events(path));
         }
+        // Before the prober records its first change.
+        let status_events = events.subscribe();
         let views = session.as_deref().map(cluster::health::HealthViews::new);
         let consensus = views.clone().map(|v| v as Arc<dyn crate::probe::Consensus>);
         let prober = Arc::new(Prober::start_with(
@@ -181,6 +184,21 @@ impl Server {
                 cluster::load::ClusterLoad::start(s.clone(), leading, loads, shared, cancel);
             server.control.load.set_publisher(publisher);
         }
+        // In a cluster only the leader of the `notify` role sends notifications.
+        let leadership = session.as_ref().map(|s| {
+            let cancel = server.cancel.clone();
+            cluster::leader::Leadership::start(s.clone(), notify::ROLE, cancel)
+        });
+        let snapshots = notify::Snapshots {
+            current: server.control.shared.clone(),
+            replaced: server.control.served(),
+        };
+        let (notifier, task) =
+            notify::Notifier::start(status_events, snapshots, leadership, server.cancel.clone());
+        let _ = server.control.notify.set(notifier);
+        server.tasks.spawn(async move {
+            let _ = task.await;
+        });
         // Idles until some endpoint has a `load:`.
         server.tasks.spawn(load::run::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {

@@ -182,8 +182,18 @@ pub struct HttpBackend {
 impl HttpBackend {
     /// Listens on `ip`, port chosen by the kernel.
     pub async fn start(ip: &str) -> HttpBackend {
-        use std::sync::atomic::{AtomicU16, Ordering};
         let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind backend");
+        HttpBackend::on(listener)
+    }
+
+    /// Listens on `addr` (that of a backend stopped before, to start it again).
+    pub async fn start_at(addr: SocketAddr) -> HttpBackend {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind backend");
+        HttpBackend::on(listener)
+    }
+
+    fn on(listener: tokio::net::TcpListener) -> HttpBackend {
+        use std::sync::atomic::{AtomicU16, Ordering};
         let addr = listener.local_addr().expect("backend address");
         let status = std::sync::Arc::new(AtomicU16::new(200));
         let answer_with = status.clone();

@@ -55,7 +55,10 @@ pub async fn show(State(c): State<Shared>) -> Response {
         "revision": served.revision,
         "generation": served.generation,
         "etcd": { "endpoints": settings.etcd.endpoints, "prefix": settings.etcd.prefix },
-        "leaders": { "load": c.load.publisher().and_then(|p| p.leader()).flatten() },
+        "leaders": {
+            "load": c.load.publisher().and_then(|p| p.leader()).flatten(),
+            "notify": c.notify.get().and_then(|n| n.leader()),
+        },
         "nodes": nodes,
     });
     if let Some(e) = error {

@@ -74,6 +74,16 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_load_feed_errors",
         "Failed reads of pulled load feeds, by profile, endpoint and reason",
     ),
+    ("steerdns_notify_sent", "Status change notifications delivered, by webhook"),
+    (
+        "steerdns_notify_failed",
+        "Status change notifications given up after the last retry, by webhook",
+    ),
+    ("steerdns_notify_retried", "Notification attempts retried after a failure, by webhook"),
+    (
+        "steerdns_notify_dropped",
+        "Status change notifications dropped from a full webhook queue, by webhook",
+    ),
     ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
     (
         "steerdns_dnstap_dropped",
@@ -137,6 +147,19 @@ pub fn render(control: &Control) -> String {
         }
         let evictions = rum.counts.evictions.load(Ordering::Relaxed);
         counters.insert(Series::new("steerdns_rum_evictions", vec![]), evictions);
+    }
+    if let Some(notifier) = control.notify.get() {
+        for (webhook, c) in notifier.counts() {
+            for (name, n) in [
+                ("steerdns_notify_sent", &c.sent),
+                ("steerdns_notify_failed", &c.failed),
+                ("steerdns_notify_retried", &c.retried),
+                ("steerdns_notify_dropped", &c.dropped),
+            ] {
+                let series = Series::new(name, vec![("webhook", webhook.clone())]);
+                counters.insert(series, n.load(Ordering::Relaxed));
+            }
+        }
     }
     for ((profile, endpoint, reason), n) in control.load.error_counts() {
         let labels = vec![("profile", profile), ("endpoint", endpoint), ("reason", reason.into())];
