@@ -256,19 +256,6 @@ async fn geographic_no_match_is_nodata() {
     h.stop().await;
 }
 
-/// Waits (bounded) until `geo` answers `client` from `want`.
-async fn wait_for_geo(h: &Harness, client: &str, want: &str) {
-    let start = std::time::Instant::now();
-    loop {
-        let (got, _) = pick(h, GEO, "geo", client, 32).await;
-        if got == want {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "still {got}, not {want}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The geo database is watched as the ASN database is: a database renamed over it reloads
 /// the configuration and moves the answer; one that does not parse is a rejected reload,
 /// located at `geo.database`, and the database in use stays.
@@ -287,16 +274,13 @@ async fn a_changed_geo_database_moves_the_answer_and_a_bad_one_is_rejected() {
     let (bytes, _) =
         steerdns::geo::build::build_bytes(&moved, Path::new("city.csv"), UNIX_EPOCH).unwrap();
     write_atomic(&db, &bytes);
-    wait_for_geo(&h, PARIS, "usca").await;
+    let paris = async || pick(&h, GEO, "geo", PARIS, 32).await.0 == "usca";
+    eventually(Duration::from_secs(10), "Paris answered from usca", paris).await;
     // A file that does not parse: the reload is rejected and the database in use stays.
     let failures = || h.server().control().totals.reload_failures.load(Ordering::Relaxed);
     let before = failures();
     write_atomic(&db, b"not a database");
-    let start = std::time::Instant::now();
-    while failures() == before {
-        assert!(start.elapsed() < Duration::from_secs(10), "no rejected reload");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(10), "a rejected reload", async || failures() > before).await;
     assert_eq!(pick(&h, GEO, "geo", PARIS, 32).await.0, "usca");
     let last = h.server().control().last_reload.get();
     assert_eq!(last.trigger, "file change", "{last:?}");
