@@ -417,13 +417,6 @@ async fn geographic_asn_codes_beat_places_and_scope_to_the_narrower_network() {
     h.stop().await;
 }
 
-/// Replaces `path` with `bytes`: a hidden temporary file beside it, then a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_file_name(format!(".{}.tmp", path.file_name().unwrap().to_string_lossy()));
-    std::fs::write(&tmp, bytes).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 async fn wait_for(h: &Harness, client: &str, want: &str) {
     let start = Instant::now();
     loop {

@@ -11,14 +11,7 @@ use common::{assert_each_located, config_dir, errors_of};
 use steerdns::config;
 use steerdns::model::load::{FeedSource, MetricSelector, OnStale};
 
-const SERVER: &str = r#"listen:
-  dns: ["127.0.0.1:0"]
-zones:
-  - origin: tm.example.test.
-    ns: [ns1.tm.example.test.]
-    soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 192.0.2.53"]
-"#;
+const SERVER: &str = common::ZONE_ONLY_SERVER;
 
 /// A profile whose endpoint `a` has `load:` with `lines` (each `key: value`) from line 7
 /// on, at column 7: a value is at column `key.len() + 9`.

@@ -13,15 +13,6 @@ use steerdns::config;
 use steerdns::model::load::EndpointLoad;
 use steerdns::responder::explain::{AllHealthy, explain, explain_with_loads};
 
-const SERVER: &str = r#"listen:
-  dns: ["127.0.0.1:0"]
-zones:
-  - origin: tm.example.test.
-    ns: [ns1.tm.example.test.]
-    soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 192.0.2.53"]
-"#;
-
 const PROFILES: &str = r#"name: www
 routing: priority
 endpoints:
@@ -37,11 +28,8 @@ endpoints:
 "#;
 
 fn load(dir: &Path) -> config::Loaded {
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("steerdns.yaml"), SERVER).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), PROFILES).unwrap();
-    config::load(&dir.join("steerdns.yaml"), None)
-        .unwrap_or_else(|e| panic!("{:?}", common::located(&e)))
+    let path = common::config_dir(dir, common::ZONE_ONLY_SERVER, &[("p.yaml", PROFILES)]);
+    config::load(&path, None).unwrap_or_else(|e| panic!("{:?}", common::located(&e)))
 }
 
 fn slot(snap: &steerdns::model::Snapshot, profile: usize, name: &str) -> usize {

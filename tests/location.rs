@@ -14,6 +14,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::*;
 
@@ -251,6 +253,41 @@ async fn geographic_no_match_is_nodata() {
     // Without ECS the source address (127.0.0.1, in no network) is the client: NODATA.
     let r = h.udp(&Q::new(&fq("geo-nw"), T_A)).await;
     r.assert_negative(NOERROR);
+    h.stop().await;
+}
+
+/// The geo database is watched as the ASN database is: a database renamed over it reloads
+/// the configuration and moves the answer; one that does not parse is a rejected reload,
+/// located at `geo.database`, and the database in use stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_geo_database_moves_the_answer_and_a_bad_one_is_rejected() {
+    let h = Harness::location(&[]).await;
+    let db = h.dir.path().join("data/city.mmdb");
+    assert_eq!(pick(&h, GEO, "geo", PARIS, 32).await.0, "fr");
+    // Paris's /25 is in California now.
+    let csv = std::fs::read_to_string(location_fixture("city.csv")).unwrap();
+    let moved = csv.replace(
+        "192.0.2.0/25,EU,FR,IDF,48.8566,2.3522",
+        "192.0.2.0/25,NA,US,CA,37.7749,-122.4194",
+    );
+    assert_ne!(moved, csv, "the fixture has Paris's row");
+    let (bytes, _) =
+        steerdns::geo::build::build_bytes(&moved, Path::new("city.csv"), UNIX_EPOCH).unwrap();
+    write_atomic(&db, &bytes);
+    let paris = async || pick(&h, GEO, "geo", PARIS, 32).await.0 == "usca";
+    eventually(Duration::from_secs(10), "Paris answered from usca", paris).await;
+    // A file that does not parse: the reload is rejected and the database in use stays.
+    let failures = || h.server().control().totals.reload_failures.load(Ordering::Relaxed);
+    let before = failures();
+    write_atomic(&db, b"not a database");
+    eventually(Duration::from_secs(10), "a rejected reload", async || failures() > before).await;
+    assert_eq!(pick(&h, GEO, "geo", PARIS, 32).await.0, "usca");
+    let last = h.server().control().last_reload.get();
+    assert_eq!(last.trigger, "file change", "{last:?}");
+    assert_eq!(last.errors.len(), 1, "{last:?}");
+    let at = format!("{}:", h.dir.path().join("steerdns.yaml").display());
+    assert!(last.errors[0].starts_with(&at), "located at geo.database: {last:?}");
+    assert!(last.errors[0].contains("city.mmdb: cannot open geo database"), "{last:?}");
     h.stop().await;
 }
 

@@ -158,13 +158,6 @@ async fn expect_steady(h: &Harness, rel: &str, want: &str, dur: Duration, what: 
     n
 }
 
-/// Replaces `path` atomically: write a hidden temporary file beside it, then rename.
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_file_name(format!(".{}.tmp", path.file_name().unwrap().to_string_lossy()));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 /// The SOA serial of the test zone, over UDP.
 async fn soa_serial(h: &Harness) -> u32 {
     let r = h.udp(&Q::new(ORIGIN, T_SOA)).await;
@@ -369,7 +362,7 @@ async fn invalid_steerdns_yaml_keeps_serving_and_is_reported() {
     let gen_before = h.server().snapshot().generation;
     // An unknown top-level key on the line after the last.
     let line = good.lines().count() + 1;
-    write_atomic(&config, &format!("{good}bogus_key: 1\n"));
+    write_atomic(&config, format!("{good}bogus_key: 1\n"));
     let errors = reload_422(&h, "unknown key in steerdns.yaml").await;
     let want = format!("{}:{line}:", config.display());
     assert!(
@@ -474,7 +467,7 @@ async fn racing_triggers_coalesce_and_leave_the_last_written_configuration() {
     // after its request, so it sees the file as written before it asked.
     let mut api_calls = 0;
     for (round, target) in targets.iter().enumerate() {
-        write_atomic(&h.profile_path("live.yaml"), &one_target("live", target));
+        write_atomic(&h.profile_path("live.yaml"), one_target("live", target));
         reloader.request(Trigger::Signal);
         let api = http_post(admin, "/api/v1/reload", None);
         let direct = reloader.reload(Trigger::Request);
@@ -527,7 +520,7 @@ async fn zone_serial_grows_only_when_the_zone_changed() {
     let s1 = soa_serial(&h).await;
     assert_eq!(s1, s0, "serial moved on a reload without changes");
     // A profile's answer changed: the serial grows.
-    write_atomic(&h.profile_path("live.yaml"), &one_target("live", "192.0.2.108"));
+    write_atomic(&h.profile_path("live.yaml"), one_target("live", "192.0.2.108"));
     h.server().reload().expect("reload");
     assert_eq!(answer(&h, "live").await, "A 192.0.2.108");
     let s2 = soa_serial(&h).await;
@@ -647,7 +640,7 @@ async fn no_query_lost_or_wrong_during_30_rapid_reloads() {
     for i in 0..RELOADS {
         let target = if i % 2 == 0 { FLIP_B } else { FLIP_A };
         // Atomic replace, so no reader (the watcher's reload included) sees half a file.
-        write_atomic(&h.profile_path("flip.yaml"), &one_target("flip", target));
+        write_atomic(&h.profile_path("flip.yaml"), one_target("flip", target));
         let start = Instant::now();
         let g = if i % 2 == 0 {
             reloader.reload(Trigger::Request).await.unwrap_or_else(|e| panic!("reload {i}: {e}"))
@@ -1019,7 +1012,7 @@ async fn sighup_reloads_the_running_binary() {
         start.elapsed().as_millis()
     );
     // A profile edit followed at once by SIGHUP also applies.
-    write_atomic(&dir.path().join("profiles/priority.yaml"), &one_target("www", "192.0.2.112"));
+    write_atomic(&dir.path().join("profiles/priority.yaml"), one_target("www", "192.0.2.112"));
     bin.signal(libc::SIGHUP);
     let start = Instant::now();
     loop {
@@ -1048,7 +1041,7 @@ async fn sighup_api_and_file_change_at_once_go_through_one_reloader_in_the_binar
     let targets = ["192.0.2.121", "192.0.2.122", "192.0.2.123"];
     for (round, target) in targets.iter().enumerate() {
         // The file changes (the watcher asks), a SIGHUP asks, and the API asks, at once.
-        write_atomic(&dir.path().join("profiles/priority.yaml"), &one_target("www", target));
+        write_atomic(&dir.path().join("profiles/priority.yaml"), one_target("www", target));
         bin.signal(libc::SIGHUP);
         let r = http_post(admin, "/api/v1/reload", None).await;
         assert_eq!(r.status, 200, "round {round}: {r:?} {}", r.text());
@@ -1124,7 +1117,7 @@ async fn sighup_with_invalid_config_keeps_serving_and_logs_file_line_col() {
         }
     }
     // A later valid edit + SIGHUP applies.
-    write_atomic(&path, &one_target("www", "192.0.2.115"));
+    write_atomic(&path, one_target("www", "192.0.2.115"));
     let skip = bin.lines();
     bin.signal(libc::SIGHUP);
     bin.wait_line("configuration reloaded, trigger SIGHUP", skip, |l| {

@@ -22,9 +22,7 @@ use std::time::SystemTime;
 use ipnet::IpNet;
 use mmdb_writer::Value;
 
-use super::build::{
-    BuildError, BuildSummary, Layout, TreeRow, compile_file, network, rows_or_errors, write_tree,
-};
+use super::build::{BuildError, BuildSummary, Layout, TreeRow, compile_file, network, write_tree};
 
 /// The header this builder documents; MaxMind's long form is accepted too.
 pub const HEADER: &str = "network,asn,organization";
@@ -52,10 +50,9 @@ pub fn build_asn_bytes(
     built: SystemTime,
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     let mut errors = Vec::new();
-    let parsed = parse(text, file, &mut errors);
-    let rows = rows_or_errors(parsed, file, errors)?;
+    let rows = parse(text, file, &mut errors);
     let layout = Layout { database_type: "GeoLite2-ASN", description: "steerdns geo build --asn" };
-    write_tree(rows, &layout, file, built)
+    write_tree(rows, errors, &layout, file, built)
 }
 
 impl TreeRow for Row {

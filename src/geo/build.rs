@@ -114,7 +114,7 @@ pub(super) fn compile_file(
 }
 
 /// The parsed rows when there are some and no errors; else every error (or "no networks").
-pub(super) fn rows_or_errors<T>(
+fn rows_or_errors<T>(
     rows: Vec<T>,
     file: &Path,
     mut errors: Vec<BuildError>,
@@ -138,10 +138,9 @@ pub fn build_bytes(
     built: SystemTime,
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
     let mut errors = Vec::new();
-    let parsed = parse(text, file, &mut errors);
-    let rows = rows_or_errors(parsed, file, errors)?;
+    let rows = parse(text, file, &mut errors);
     let layout = Layout { database_type: "GeoIP2-City", description: "steerdns geo build" };
-    write_tree(rows, &layout, file, built)
+    write_tree(rows, errors, &layout, file, built)
 }
 
 /// One valid row as the tree writer sees it: where it goes, where it came from, what it
@@ -158,14 +157,17 @@ pub(super) struct Layout {
     pub description: &'static str,
 }
 
-/// Writes valid rows into a database of `layout` stamped with `built`: the part both
-/// builders share once their CSV is parsed. `file` only names the input in errors.
+/// Writes the valid rows of a parse into a database of `layout` stamped with `built`
+/// when the parse found no `errors` (else returns them): the part both builders share once
+/// their CSV is parsed. `file` only names the input in errors.
 pub(super) fn write_tree<R: TreeRow>(
-    mut rows: Vec<R>,
+    rows: Vec<R>,
+    errors: Vec<BuildError>,
     layout: &Layout,
     file: &Path,
     built: SystemTime,
 ) -> Result<(Vec<u8>, BuildSummary), Vec<BuildError>> {
+    let mut rows = rows_or_errors(rows, file, errors)?;
     // Less specific first: mmdb-writer lets later inserts win, and a /24 must beat the /16
     // around it wherever it appears in the file.
     rows.sort_by_key(|r| tree_len(&r.net()));

@@ -1,6 +1,7 @@
 //! Hot reload on file changes: the profiles directory, `steerdns.yaml`, the DNSSEC key
-//! directories and the ASN database are watched (notify), and a burst of events — an editor's write-rename dance, a `git checkout` —
-//! is debounced into one reload, at most `MAX_DELAY` after the burst's first event.
+//! directories and the geo and ASN databases are watched (notify), and a burst of events —
+//! an editor's write-rename dance, a `git checkout` — is debounced into one reload, at most
+//! `MAX_DELAY` after the burst's first event.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::control::Control;
 use super::reloader::{Reloader, Trigger};
+use crate::geo::World;
 
 /// Quiet time after the last event before reloading.
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -30,7 +32,7 @@ pub fn spawn(
         config: absolute(&control.config_path),
         profiles: control.profiles_dir().map(|d| absolute(&d)),
         key_dirs: control.key_dirs().iter().map(|d| absolute(d)).collect(),
-        databases: control.snapshot().world.asn.iter().map(|db| absolute_file(db.path())).collect(),
+        databases: databases(&control.snapshot().world),
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let config = watched.config.clone();
@@ -68,11 +70,18 @@ pub fn spawn(
         }
         watched_dirs.push(dir);
         if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the ASN database's directory; reload with SIGHUP or the API after changing it");
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch a database's directory; reload with SIGHUP or the API after changing it");
         }
     }
     tokio::spawn(debounce_loop(rx, Reloader::new(control), cancel));
     Ok(watcher)
+}
+
+/// The database files of `world` (`geo.database`, `asn.database`) that were opened.
+fn databases(world: &World) -> Vec<PathBuf> {
+    let geo = world.db.iter().map(|db| db.path());
+    let asn = world.asn.iter().map(|db| db.path());
+    geo.chain(asn).map(absolute_file).collect()
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -96,13 +105,13 @@ struct Watched {
     /// `None` when the profiles come from etcd.
     profiles: Option<PathBuf>,
     key_dirs: Vec<PathBuf>,
-    /// Database files a change of which reloads (the ASN database).
+    /// Database files a change of which reloads (the geo and ASN databases).
     databases: Vec<PathBuf>,
 }
 
 impl Watched {
     /// A change to the config file, to a YAML file in the profiles directory, to a key
-    /// file in a key directory, or to the ASN database.
+    /// file in a key directory, or to a database.
     fn relevant(&self, ev: &Event) -> bool {
         if matches!(ev.kind, EventKind::Access(_)) {
             return false;

@@ -5,6 +5,17 @@ use std::path::{Path, PathBuf};
 
 use super::fixtures::located;
 
+/// A server file with the test zone only, listening on an ephemeral port: for profiles
+/// loaded without serving them.
+pub const ZONE_ONLY_SERVER: &str = r#"listen:
+  dns: ["127.0.0.1:0"]
+zones:
+  - origin: tm.example.test.
+    ns: [ns1.tm.example.test.]
+    soa: { rname: hostmaster.example.test. }
+    records: ["ns1 A 192.0.2.53"]
+"#;
+
 /// Writes `server` as `steerdns.yaml` and each (name, text) into `profiles/`; returns the
 /// path of `steerdns.yaml`.
 pub fn config_dir(dir: &Path, server: &str, profiles: &[(&str, &str)]) -> PathBuf {

@@ -259,3 +259,11 @@ endpoints:
   - { name: a, target: 192.0.2.11, always_serve: true }
   - { name: b, target: 192.0.2.12, always_serve: true }
 ";
+
+/// Replaces `path` as updaters and editors do: a hidden temporary file beside it, then a
+/// rename over it.
+pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) {
+    let tmp = path.with_file_name(format!(".{}.tmp", path.file_name().unwrap().to_string_lossy()));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}

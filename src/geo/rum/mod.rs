@@ -15,6 +15,8 @@ pub mod saved;
 pub mod settings;
 pub mod shared;
 pub mod table;
+#[cfg(test)]
+mod testkit;
 
 pub use aggregate::{Aggregator, Point, Sample};
 pub use settings::{Aggregation, RumSettings, RumTarget};

@@ -210,20 +210,9 @@ pub fn preferences(
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
-
     use super::*;
     use crate::geo::rum::settings::Aggregation;
-
-    fn secs(s: u64) -> Duration {
-        Duration::from_secs(s)
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    const REGIONS: [&str; 2] = ["eu-west", "us-east"];
+    use crate::geo::rum::testkit::{REGIONS, columns, ip, rows, secs};
 
     fn params() -> Aggregation {
         Aggregation { min_samples: 1, window: secs(1000), ..Aggregation::default() }
@@ -259,14 +248,6 @@ mod tests {
         let after = b.publish(secs(1000), columns(), None);
         assert_eq!(rows(&before), rows(&after));
         assert!(!rows(&after).is_empty());
-    }
-
-    fn columns() -> Vec<(String, usize)> {
-        REGIONS.iter().enumerate().map(|(i, r)| (r.to_string(), i)).collect()
-    }
-
-    fn rows(t: &MeasuredLatency) -> Vec<crate::geo::rum::table::Row> {
-        t.rows().map(|(n, c, p)| (n, c.to_vec(), p)).collect()
     }
 
     #[test]

@@ -300,20 +300,7 @@ mod tests {
     use super::*;
     use crate::geo::rum::Aggregator;
     use crate::geo::rum::settings::Aggregation;
-
-    fn secs(s: u64) -> Duration {
-        Duration::from_secs(s)
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    const REGIONS: [&str; 2] = ["eu-west", "us-east"];
-
-    fn columns() -> Vec<(String, usize)> {
-        REGIONS.iter().enumerate().map(|(i, r)| (r.to_string(), i)).collect()
-    }
+    use crate::geo::rum::testkit::{REGIONS, columns, ip, rows, secs};
 
     fn params() -> Aggregation {
         Aggregation {
@@ -322,10 +309,6 @@ mod tests {
             window: secs(1000),
             ..Aggregation::default()
         }
-    }
-
-    fn rows(t: &MeasuredLatency) -> Vec<Row> {
-        t.rows().map(|(n, c, p)| (n, c.to_vec(), p)).collect()
     }
 
     /// The records of one replica's aggregate, through the bytes.
