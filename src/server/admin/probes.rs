@@ -48,6 +48,21 @@ fn details(s: &EndpointState) -> Map<String, Value> {
     m.insert("last_probe".into(), last_probe.unwrap_or(Value::Null));
     m.insert("last_change".into(), last_change.unwrap_or(Value::Null));
     m.insert("probe_results".into(), Value::Object(results));
+    if let Some(c) = &s.monitors {
+        m.insert("reason".into(), Value::String(c.reason.clone()));
+        m.insert("monitor_rule".into(), Value::String(c.rule.to_string()));
+        let monitors = c.monitors.iter().map(|m| {
+            json!({
+                "name": m.name,
+                "protocol": m.protocol.as_str(),
+                "status": m.status.as_str(),
+                "reason": m.reason,
+            })
+        });
+        m.insert("monitors".into(), Value::Array(monitors.collect()));
+        let overriding = c.overridden_by.as_ref().map(super::health::pushed_json);
+        m.insert("health_override".into(), overriding.unwrap_or(Value::Null));
+    }
     if let Some(v) = &s.vantage {
         m.insert("verdict".into(), json!({ "status": s.status.as_str(), "reason": v.reason }));
         m.insert("vantage_points".into(), vantage_points(&v.views));
