@@ -158,6 +158,22 @@ async fn each_rule_follows_real_backends() {
     let s = wait(&h, "all", "site", Status::Degraded).await;
     assert_eq!(reason(&s), "1 of 2 monitors failing: web (HTTP 503, expected 200-299); rule all");
     wait(&h, "two", "site", Status::Degraded).await;
+    // explain shows how the monitors made the status.
+    let explained =
+        http_get(h.admin(), "/api/v1/explain?name=all&client=192.0.2.1", None).await.json();
+    let e = &explained["monitors"][0];
+    assert_eq!(
+        (e["endpoint"].as_str(), e["rule"].as_str(), e["status"].as_str()),
+        (Some("site"), Some("all"), Some("degraded")),
+        "{explained}"
+    );
+    let each: Vec<(&str, &str)> = e["monitors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(each, [("web", "degraded"), ("db", "online")]);
     // `any` still has db: online throughout, with the failing monitor named.
     let s = state(&h, "any", "site");
     assert_eq!((s.status, served(&h, "any", "site")), (Status::Online, Status::Online));

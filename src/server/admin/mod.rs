@@ -512,6 +512,7 @@ async fn explain_query(
     if c.cluster.is_some() {
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }
+    explained.monitors = probes::monitors_of(&c.prober, &snap, &abs);
     Json(explained).into_response()
 }
 

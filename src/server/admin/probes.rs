@@ -12,7 +12,7 @@ use crate::FastMap;
 use crate::model::vantage::View;
 use crate::model::{Snapshot, Target};
 use crate::probe::{EndpointState, Prober};
-use crate::responder::explain::{EndpointHealth, VantagePoint};
+use crate::responder::explain::{EndpointHealth, EndpointMonitors, MonitorResult, VantagePoint};
 use crate::wire::name::WireName;
 
 /// The extra fields of every leaf endpoint of `profile` (absolute name), by endpoint name:
@@ -80,6 +80,47 @@ pub fn vantage_points(views: &[View]) -> Value {
 
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The monitors of every endpoint of the profile `name` leads to (and of the profiles it
+/// nests) that has several, or a pushed or file one, for the admin API's explain.
+pub fn monitors_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<EndpointMonitors> {
+    let mut out = Vec::new();
+    let Some(first) = snap.profile_by_name(&WireName::from_name(name)) else { return out };
+    let (mut todo, mut seen) = (vec![first], vec![first]);
+    while let Some(id) = todo.pop() {
+        let p = &snap.profiles[id];
+        for ep in &p.endpoints {
+            if let Target::Nested(n) = &ep.target
+                && !seen.contains(&n.child)
+            {
+                seen.push(n.child);
+                todo.push(n.child);
+            }
+        }
+        let shown = |s: &EndpointState| {
+            let ep = p.endpoints.iter().find(|e| e.name == s.endpoint);
+            ep.is_some_and(|e| e.monitors.len() > 1 || e.monitors.iter().any(|m| !m.is_probed()))
+        };
+        for s in prober.profile_states(&p.name).into_iter().filter(shown) {
+            let Some(c) = s.monitors else { continue };
+            let monitors = c.monitors.iter().map(|m| MonitorResult {
+                name: m.name.clone(),
+                protocol: m.protocol.as_str().to_string(),
+                status: m.status.as_str().to_string(),
+                reason: m.reason.clone(),
+            });
+            out.push(EndpointMonitors {
+                profile: s.profile,
+                endpoint: s.endpoint,
+                status: c.status.as_str().to_string(),
+                reason: c.reason,
+                rule: c.rule.to_string(),
+                monitors: monitors.collect(),
+            });
+        }
+    }
+    out
 }
 
 /// The verdict and vantage points of every probed endpoint of the profile `name` leads
