@@ -430,3 +430,49 @@ async fn a_health_file_is_followed() {
     wait(&h, "ext", "c", Status::Online).await;
     h.stop().await;
 }
+
+/// A reload that changes the rule takes effect at once, from the monitors' current results
+/// (no probe starts over), and records the change as an event; one that changes nothing
+/// records none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_a_new_rule_to_the_current_results() {
+    let web = Web::start("127.0.0.4").await;
+    let profile = |rule: &str| {
+        format!(
+            "name: www\nrouting: priority\n{FAST}\nmonitor_rule: {rule}\nendpoints:\n\
+             \x20 - name: a\n    target: 127.0.0.4\n    monitors:\n\
+             \x20     - {{ name: web, port: {} }}\n\
+             \x20     - {{ name: ops, protocol: pushed, missing: unhealthy }}\n",
+            web.addr.port()
+        )
+    };
+    let h = Harness::with_admin(&[("w.yaml", &profile("any"))], None).await;
+    wait(&h, "www", "a", Status::Online).await;
+    let reload = |h: &Harness| {
+        let admin = h.admin();
+        async move { common::http_post(admin, "/api/v1/reload", None).await.status }
+    };
+    let statuses = |events: &[Value]| events.iter().filter(|e| e["kind"] == "status").count();
+    let before = statuses(&events(&h).await);
+    assert_eq!(reload(&h).await, 200);
+    assert_eq!(statuses(&events(&h).await), before, "an unchanged reload changes nothing");
+    assert_eq!(served(&h, "www", "a"), Status::Online);
+
+    std::fs::write(h.profile_path("w.yaml"), profile("all")).unwrap();
+    assert_eq!(reload(&h).await, 200);
+    // At once: the probe of `web` is kept, and `ops` has no push.
+    assert_eq!(served(&h, "www", "a"), Status::Degraded);
+    let s = state(&h, "www", "a");
+    assert_eq!(
+        reason(&s),
+        "1 of 2 monitors failing: ops (no live push (missing: unhealthy)); rule all"
+    );
+    let events = events(&h).await;
+    let last = events.iter().rfind(|e| e["kind"] == "status").unwrap();
+    assert_eq!(
+        (&last["from"], &last["to"]),
+        (&Value::from("online"), &Value::from("degraded")),
+        "{last}"
+    );
+    h.stop().await;
+}
