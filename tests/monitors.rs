@@ -174,6 +174,13 @@ async fn each_rule_follows_real_backends() {
         .map(|m| (m["name"].as_str().unwrap(), m["status"].as_str().unwrap()))
         .collect();
     assert_eq!(each, [("web", "degraded"), ("db", "online")]);
+    let metrics = http_get(h.admin(), "/metrics", None).await.text();
+    for (monitor, status) in [("web", "degraded"), ("db", "online")] {
+        let series = format!(
+            "steerdns_monitor_status{{profile=\"all.tm.example.test.\",endpoint=\"site\",monitor=\"{monitor}\",status=\"{status}\"}} 1"
+        );
+        assert!(metrics.contains(&series), "{series} not in the metrics");
+    }
     // `any` still has db: online throughout, with the failing monitor named.
     let s = state(&h, "any", "site");
     assert_eq!((s.status, served(&h, "any", "site")), (Status::Online, Status::Online));
