@@ -49,7 +49,7 @@ fn one_error_per_case_with_location() {
         ("name: www\nrouting: priority\nmonitor: { interval: ten }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "invalid duration"),
         ("name: www\nrouting: priority\nmonitor: { tolerated_failures: 10 }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:32", "tolerated_failures must be between 0 and 9"),
         ("name: www\nrouting: priority\nmonitor: { expected_status: [\"200-99\"] }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:30", "expected_status entries"),
-        ("name: www\nrouting: priority\nmonitor: { protocol: gopher }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "protocol must be http, https or tcp"),
+        ("name: www\nrouting: priority\nmonitor: { protocol: gopher }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "protocol must be http, https, tcp"),
         ("name: www\nrouting: multivalue\nendpoints:\n  - { name: a, target: host.example.net. }\n".into(), "p.yaml:4:5", "multivalue endpoints must have IP address targets"),
         ("name: www\nrouting: priority\nsticky: true\nendpoints: []\n".into(), "p.yaml:3:9", "sticky applies to"),
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: www }\n".into(), "p.yaml:1:7", "nesting cycle"),
@@ -65,6 +65,103 @@ fn one_error_per_case_with_location() {
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: c, always_serve: true }\n---\nname: c\nrouting: priority\nendpoints: []\n".into(), "p.yaml:4:42", "always_serve does not apply to a nested endpoint"),
     ];
     assert_each_located(&cases, |yaml| errors_of(SERVER, yaml));
+}
+
+/// Several monitors per endpoint: each mistake in `monitors` and `monitor_rule` is named
+/// where it is written, once even when the profile's list serves several endpoints.
+#[test]
+fn monitors_errors_are_located() {
+    let two = "  - { name: a, target: 192.0.2.1 }\n  - { name: b, target: 192.0.2.2 }\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("name: www\nrouting: priority\nmonitors:\n  - {{ protocol: tcp, port: 22 }}\nendpoints:\n{two}"),
+            "p.yaml:4:5",
+            "every monitor in monitors needs a name",
+        ),
+        (
+            format!("name: www\nrouting: priority\nmonitors:\n  - {{ name: web }}\n  - {{ name: web, protocol: tcp, port: 22 }}\nendpoints:\n{two}"),
+            "p.yaml:5:13",
+            "duplicate monitor name \"web\"",
+        ),
+        (
+            format!("name: www\nrouting: priority\nmonitors:\n  - {{ name: web }}\n  - {{ name: db, protocol: tcp, port: 5432 }}\nmonitor_rule: {{ at_least: 3 }}\nendpoints:\n{two}"),
+            "p.yaml:6:15",
+            "monitor_rule at_least must be between 1 and the number of monitors (2), got 3",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - name: a\n    target: 192.0.2.1\n    monitors: [{ name: web }]\n    monitor_rule: { at_least: 0 }\n".into(),
+            "p.yaml:7:19",
+            "got 0",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitor_rule: most }\n".into(),
+            "p.yaml:4:49",
+            "monitor_rule must be all, any or {at_least: N}, got \"most\"",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitor: {}, monitors: [{ name: x }] }\n".into(),
+            "p.yaml:4:58",
+            "monitor and monitors cannot both be set",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [] }\n".into(),
+            "p.yaml:4:45",
+            "monitors must hold 1 to 16 monitors",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: Web }] }\n".into(),
+            "p.yaml:4:54",
+            "monitor name \"Web\" must match",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: ext, protocol: file }] }\n".into(),
+            "p.yaml:4:46",
+            "a file monitor needs a file",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: ops, protocol: pushed, missing: maybe }] }\n".into(),
+            "p.yaml:4:86",
+            "missing must be healthy, unhealthy or last_known, got \"maybe\"",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: ops, protocol: pushed, port: 80 }] }\n".into(),
+            "p.yaml:4:83",
+            "port does not apply to a pushed monitor",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: ops, protocol: pushed, file: /x }] }\n".into(),
+            "p.yaml:4:83",
+            "file applies to file monitors only",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: f, protocol: file, file: /x, max_age: 8d }] }\n".into(),
+            "p.yaml:4:92",
+            "max_age must be between 1s and 7d",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: web, missing: healthy }] }\n".into(),
+            "p.yaml:4:68",
+            "missing does not apply to a http monitor",
+        ),
+        (
+            "name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: c, monitors: [{ name: web }] }\n---\nname: c\nrouting: priority\nendpoints: []\n".into(),
+            "p.yaml:4:38",
+            "monitors does not apply to a nested endpoint",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (i, (yaml, at, msg)) in cases.iter().enumerate() {
+        let errors = errors_of(SERVER, yaml);
+        if !errors.iter().any(|e| e.starts_with(&format!("{at}: ")) && e.contains(msg)) {
+            failures.push(format!("case {i}: want {at}: ..{msg}.., got {errors:?}"));
+        }
+        let mut unique = errors.clone();
+        unique.dedup();
+        if unique.len() != errors.len() {
+            failures.push(format!("case {i}: an error repeated: {errors:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// The YAML mistakes a new operator makes, starting from the shipped examples: each is

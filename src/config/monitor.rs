@@ -26,6 +26,26 @@ pub fn resolve(
 ) -> Option<Monitor> {
     let before = sink.errors.len();
     let protocol = protocol(sink, pick(endpoint, profile, |m| m.protocol.as_deref()))?;
+    let name = name(sink, pick(endpoint, profile, |m| m.name.as_deref()), protocol);
+    if !protocol.is_probed() {
+        let external = super::external::resolve(sink, endpoint, profile, protocol, at);
+        let monitor = Monitor {
+            name,
+            protocol,
+            port: 0,
+            path: String::new(),
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(10),
+            tolerated_failures: 0,
+            expected_status: Vec::new(),
+            headers: Vec::new(),
+            body_contains: None,
+            tls_verify: false,
+            external,
+        };
+        return (sink.errors.len() == before).then_some(monitor);
+    }
+    super::external::not_on_a_probe(sink, endpoint, protocol);
     let port = port(sink, pick(endpoint, profile, |m| m.port.as_deref()), protocol, at);
     let path = pick(endpoint, profile, |m| m.path.as_deref());
     if let (Protocol::Tcp, Some(p)) = (protocol, path) {
@@ -41,6 +61,7 @@ pub fn resolve(
     let expected = expected_status(sink, pick(endpoint, profile, |m| m.expected_status.as_deref()));
     let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_deref()));
     let monitor = Monitor {
+        name,
         protocol,
         port: port?,
         path,
@@ -52,6 +73,7 @@ pub fn resolve(
         body_contains: pick(endpoint, profile, |m| m.body_contains.as_deref())
             .map(|b| b.value.clone()),
         tls_verify: pick(endpoint, profile, |m| m.tls_verify.as_deref()).is_some_and(|b| b.value),
+        external: None,
     };
     (sink.errors.len() == before).then_some(monitor)
 }
@@ -61,11 +83,29 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
         None | Some("http") => Some(Protocol::Http),
         Some("https") => Some(Protocol::Https),
         Some("tcp") => Some(Protocol::Tcp),
+        Some("pushed") => Some(Protocol::Pushed),
+        Some("file") => Some(Protocol::File),
         Some(other) => {
-            sink.on(v?, format!("protocol must be http, https or tcp, got {other:?}"));
+            sink.on(
+                v?,
+                format!("protocol must be http, https, tcp, pushed or file, got {other:?}"),
+            );
             None
         }
     }
+}
+
+/// The monitor's name: as written, else its protocol's.
+fn name(sink: &mut Sink<'_>, v: Option<&Loc<String>>, protocol: Protocol) -> String {
+    let Some(v) = v else { return protocol.as_str().to_string() };
+    let ok = !v.value.is_empty()
+        && v.value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_".contains(&b));
+    if !ok {
+        sink.on(v, format!("monitor name {:?} must match [a-z0-9_-]+", v.value));
+    }
+    v.value.clone()
 }
 
 fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
@@ -77,6 +117,7 @@ fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) 
             sink.at(at, "a tcp monitor needs a port");
             None
         }
+        (None, Protocol::Pushed | Protocol::File) => Some(0),
     }
 }
 

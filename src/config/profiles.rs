@@ -10,7 +10,7 @@ use hickory_proto::rr::Name;
 
 use super::check::{int_in, int_or};
 use super::files::{Doc, Source};
-use super::monitor;
+use super::monitors;
 use super::par;
 use super::raw::{Loc, RawEndpoint, RawProfile};
 use super::reuse;
@@ -364,6 +364,8 @@ impl Builder<'_, '_> {
             for (set, key) in [
                 (e.always_serve.as_deref().map(Pos::of), "always_serve"),
                 (e.monitor.as_deref().map(Pos::of), "monitor"),
+                (e.monitors.as_deref().map(Pos::of), "monitors"),
+                (e.monitor_rule.as_deref().map(Pos::of), "monitor_rule"),
                 (e.load.as_deref().map(Pos::of), "load"),
             ] {
                 if let Some(at) = set {
@@ -374,16 +376,8 @@ impl Builder<'_, '_> {
         if method == Some(Method::Multivalue) && !matches!(target, Target::V4(_) | Target::V6(_)) {
             self.sink.on(ep, "multivalue endpoints must have IP address targets");
         }
-        let monitor = if nested {
-            None
-        } else {
-            monitor::resolve(
-                self.sink,
-                raw.monitor.as_deref().map(|m| &m.value),
-                e.monitor.as_deref().map(|m| &m.value),
-                Pos::of(ep),
-            )
-        };
+        let (monitors, monitor_rule) =
+            if nested { Default::default() } else { monitors::resolve(self.sink, raw, ep) };
         let load = match e.load.as_deref() {
             Some(raw) if !nested => super::load::feed(self.sink, raw, self.load_rules),
             _ => None,
@@ -412,7 +406,8 @@ impl Builder<'_, '_> {
             configured_bias: bias,
             bias_override: None,
             health_slot: None,
-            monitor: if always_serve { None } else { monitor.map(Box::new) },
+            monitors: if always_serve { Vec::new() } else { monitors },
+            monitor_rule,
             load: load.map(Box::new),
         }
     }

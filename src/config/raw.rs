@@ -16,8 +16,9 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::schema::{
-    AsnNumber, DegradedMatch, DurationText, EndpointName, ListenAddress, Network, OnStaleName,
-    ProbeProtocol, RoutingMethod, SourceAddress, Target, TokenRoleName, WebhookFormatName,
+    AsnNumber, DegradedMatch, DurationText, EndpointName, ListenAddress, MissingPolicy,
+    MonitorRuleSpec, Network, OnStaleName, ProbeProtocol, RoutingMethod, SourceAddress, Target,
+    TokenRoleName, WebhookFormatName,
 };
 
 use crate::diag::{Located, Pos};
@@ -627,8 +628,16 @@ pub struct RawProfile {
     /// zone: the client's zone answers while it holds at least this percentage of the
     /// serving endpoints, 0..100 (default 20).
     pub safety_threshold: Option<Box<Loc<Int>>>,
-    /// The default monitor of every endpoint.
+    /// The default monitor of every endpoint; with `monitors`, default values for the
+    /// fields of every probe monitor in them.
     pub monitor: Option<Box<Loc<RawMonitor>>>,
+    /// The default monitors of every endpoint (each needs a `name`), combined by
+    /// `monitor_rule`; an endpoint's own `monitors` replaces this list as a whole.
+    pub monitors: Option<Box<Loc<Vec<Loc<RawMonitor>>>>>,
+    /// How an endpoint's `monitors` make its status: `all` (default), `any` or
+    /// `{at_least: N}`; an endpoint's own `monitor_rule` wins.
+    #[schemars(with = "Option<MonitorRuleSpec>")]
+    pub monitor_rule: Option<Box<Loc<RawMonitorRule>>>,
     /// The endpoints (may be empty: the name then answers NODATA); groups routing has
     /// `groups` instead.
     pub endpoints: Option<Box<Loc<Vec<Loc<RawEndpoint>>>>>,
@@ -641,7 +650,12 @@ pub struct RawProfile {
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Monitor")]
 pub struct RawMonitor {
-    /// Default http.
+    /// In `monitors`: required, unique in the list, [a-z0-9_-]+ (a single `monitor` is
+    /// named after its protocol).
+    #[schemars(with = "Option<EndpointName>")]
+    pub name: Option<Box<Loc<String>>>,
+    /// Default http. `pushed`: results set through the admin API; `file`: results read
+    /// from `file`.
     #[schemars(with = "Option<ProbeProtocol>")]
     pub protocol: Option<Box<Loc<String>>>,
     /// 1..65535 (default 80 for http, 443 for https; required for tcp).
@@ -667,6 +681,32 @@ pub struct RawMonitor {
     pub body_contains: Option<Box<Loc<String>>>,
     /// https: validate the certificate (default false).
     pub tls_verify: Option<Box<Loc<bool>>>,
+    /// pushed, file: what the monitor counts as without data (no live push, no line for
+    /// the endpoint, a stale file): `healthy`, `unhealthy` or `last_known` (default
+    /// `unhealthy`).
+    #[schemars(with = "Option<MissingPolicy>")]
+    pub missing: Option<Box<Loc<String>>>,
+    /// file: the file of `PROFILE/ENDPOINT STATUS [REASON]` lines (required).
+    pub file: Option<Box<Loc<String>>>,
+    /// file: data in a file not modified for longer than this counts as missing,
+    /// 1s..7d (default: no limit).
+    #[schemars(with = "Option<DurationText>")]
+    pub max_age: Option<Box<Loc<String>>>,
+}
+
+/// `monitor_rule`: a name (`all`, `any`) or `{at_least: N}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawMonitorRule {
+    Name(String),
+    AtLeast(RawAtLeast),
+}
+
+/// `{at_least: N}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAtLeast {
+    pub at_least: Int,
 }
 
 /// `expected_status` entries may be written as numbers (`200`) or strings (`"200-299"`).
@@ -721,6 +761,13 @@ pub struct RawEndpoint {
     pub zone: Option<Box<Loc<String>>>,
     /// Keys merged over the profile's `monitor`; not on nested endpoints.
     pub monitor: Option<Box<Loc<RawMonitor>>>,
+    /// Several named monitors combined by `monitor_rule` (instead of `monitor`; replaces
+    /// the profile's `monitors`); not on nested endpoints.
+    pub monitors: Option<Box<Loc<Vec<Loc<RawMonitor>>>>>,
+    /// How `monitors` make the endpoint's status: `all` (default), `any` or
+    /// `{at_least: N}`.
+    #[schemars(with = "Option<MonitorRuleSpec>")]
+    pub monitor_rule: Option<Box<Loc<RawMonitorRule>>>,
     /// Where the endpoint's load is read, and what it can take (docs/load.md); not on
     /// nested endpoints.
     pub load: Option<Box<Loc<RawEndpointLoad>>>,

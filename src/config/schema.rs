@@ -227,6 +227,28 @@ text_schema!(
 );
 
 text_schema!(
+    /// `monitor.missing`, as `monitor::missing` reads it.
+    MissingPolicy as "MissingData",
+    json_schema!({ "type": "string", "enum": ["healthy", "unhealthy", "last_known"] })
+);
+
+text_schema!(
+    /// `monitor_rule`, as `monitor::rule` reads it.
+    MonitorRuleSpec as "MonitorRule",
+    json_schema!({
+        "oneOf": [
+            { "type": "string", "enum": ["all", "any"] },
+            {
+                "type": "object",
+                "properties": { "at_least": { "type": "integer", "minimum": 1 } },
+                "required": ["at_least"],
+                "additionalProperties": false
+            }
+        ]
+    })
+);
+
+text_schema!(
     /// An autonomous system number, as `rules::Builder::asn` reads it.
     AsnNumber as "AsnNumber",
     json_schema!({
@@ -275,7 +297,7 @@ impl JsonSchema for RoutingMethod {
     }
 }
 
-const PROTOCOLS: [&str; 3] = ["http", "https", "tcp"];
+const PROTOCOLS: [&str; 5] = ["http", "https", "tcp", "pushed", "file"];
 
 /// `str::trim`, then `i64` parsing (which takes a sign).
 const INTEGER_PATTERN: &str = r"^\s*[+-]?[0-9]+\s*$";
@@ -374,7 +396,9 @@ mod tests {
         for protocol in PROTOCOLS {
             let raw = super::super::raw::RawMonitor {
                 protocol: Some(Box::new(loc(protocol.to_string()))),
-                port: Some(Box::new(loc(Int(8080)))),
+                port: (protocol != "pushed" && protocol != "file")
+                    .then(|| Box::new(loc(Int(8080)))),
+                file: (protocol == "file").then(|| Box::new(loc("/run/health".to_string()))),
                 ..Default::default()
             };
             let mut errors = Vec::new();

@@ -43,6 +43,11 @@ pub enum Kind {
     LoadPushed,
     /// A pushed load was cleared.
     LoadCleared,
+    /// A health status was pushed to an endpoint through the admin API (`to`: healthy or
+    /// unhealthy, `reason`, `by`).
+    HealthPushed,
+    /// A pushed health status was cleared.
+    HealthCleared,
 }
 
 impl Kind {
@@ -58,6 +63,8 @@ impl Kind {
             Kind::OverrideDropped => "override_dropped",
             Kind::LoadPushed => "load_pushed",
             Kind::LoadCleared => "load_cleared",
+            Kind::HealthPushed => "health_pushed",
+            Kind::HealthCleared => "health_cleared",
         }
     }
 
@@ -73,6 +80,8 @@ impl Kind {
             Kind::OverrideDropped,
             Kind::LoadPushed,
             Kind::LoadCleared,
+            Kind::HealthPushed,
+            Kind::HealthCleared,
         ];
         all.into_iter().find(|k| k.as_str() == text)
     }

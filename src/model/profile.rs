@@ -254,6 +254,9 @@ pub enum Want {
 /// A resolved health monitor (profile monitor with the endpoint's overrides merged).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Monitor {
+    /// Unique among the endpoint's monitors; a single `monitor:` is named after its
+    /// protocol.
+    pub name: String,
     pub protocol: Protocol,
     pub port: u16,
     pub path: String,
@@ -264,6 +267,15 @@ pub struct Monitor {
     pub headers: Vec<(String, String)>,
     pub body_contains: Option<String>,
     pub tls_verify: bool,
+    /// `pushed` and `file` monitors: where their results come from; `None` for probes.
+    pub external: Option<super::external::ExternalMonitor>,
+}
+
+impl Monitor {
+    /// Whether a probe decides it (not an external source).
+    pub fn is_probed(&self) -> bool {
+        self.protocol.is_probed()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -271,6 +283,26 @@ pub enum Protocol {
     Http,
     Https,
     Tcp,
+    /// Results pushed through the admin API.
+    Pushed,
+    /// Results read from a watched file.
+    File,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Https => "https",
+            Protocol::Tcp => "tcp",
+            Protocol::Pushed => "pushed",
+            Protocol::File => "file",
+        }
+    }
+
+    pub fn is_probed(self) -> bool {
+        !matches!(self, Protocol::Pushed | Protocol::File)
+    }
 }
 
 /// One endpoint of a profile.
@@ -306,12 +338,14 @@ pub struct Endpoint {
     /// Slot in the health table; `None` for nested endpoints, whose status comes from their
     /// child profile.
     pub health_slot: Option<usize>,
-    /// `None` for nested and `always_serve` endpoints, which are never probed. Boxed: it is
-    /// read only when probes are planned, and inline it would be most of the endpoint's
-    /// size in every snapshot.
-    pub monitor: Option<Box<Monitor>>,
+    /// The monitors deciding the status, in configuration order; empty for nested and
+    /// `always_serve` endpoints, which are never probed.
+    pub monitors: Vec<Monitor>,
+    /// How `monitors` make one status.
+    pub monitor_rule: super::monitor_rule::MonitorRule,
     /// `load:`: where the endpoint's load is read; `None` without one (and for nested
-    /// endpoints). Boxed for the same reason as `monitor`.
+    /// endpoints). Boxed: it is read only when feeds are planned, and inline it would be
+    /// most of the endpoint's size in every snapshot.
     pub load: Option<Box<super::load::LoadFeed>>,
 }
 
@@ -364,8 +398,9 @@ impl Profile {
         // endpoint must bump the serial like an address change does.
         p.rules.hash(&mut h);
         for e in &p.endpoints {
-            (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitor)
+            (&e.name, &e.target, e.enabled, e.always_serve, e.priority, e.weight, &e.monitors)
                 .hash(&mut h);
+            e.monitor_rule.hash(&mut h);
             e.bias.hash(&mut h);
         }
         h.finish()

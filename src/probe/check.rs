@@ -168,6 +168,11 @@ impl Check {
         let kind = match m.protocol {
             Protocol::Tcp => Kind::Tcp,
             Protocol::Http | Protocol::Https => Kind::Http(Box::new(Http::new(key, clients))),
+            // Never planned as probes (`plan` leaves them out); failing is the safe answer.
+            Protocol::Pushed | Protocol::File => Kind::Http(Box::new(Err(format!(
+                "{} monitors are not probed",
+                m.protocol.as_str()
+            )))),
         };
         Check { target: key.target.clone(), port: m.port, kind, sources }
     }

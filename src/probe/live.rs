@@ -2,9 +2,10 @@
 //!
 //! A probe's state machine, last result and last change sit behind a mutex that only the
 //! probe's task, `Prober::adopt` and admin reads take; queries never do. Statuses reach the
-//! query path by being stored into the atomic health slots of every endpoint using the
-//! probe. The slots and the table they live in are swapped under the same mutex on reload,
-//! so a result is never written to a table after a newer one has been adopted.
+//! query path through the `EndpointHealth` of every endpoint monitor using the probe, which
+//! combines them by the endpoint's rule into its health slot. The endpoints are swapped
+//! under the same mutex on reload, so a result is never written to an endpoint after a
+//! newer one has been adopted.
 //!
 //! The status published is the probe's own, or with a `Consensus` (a cluster) the verdict
 //! over every replica's view, which is evaluated again when this replica's view changes
@@ -15,11 +16,11 @@ use std::time::{Duration, SystemTime};
 
 use super::check::Reason;
 use super::consensus::{Consensus, OwnView};
-use super::plan::{ProbeKey, User};
+use super::endpoint::EndpointHealth;
+use super::plan::ProbeKey;
 use super::state::Machine;
 use crate::model::Protocol;
-use crate::model::events::{Event, Events, Kind};
-use crate::model::health::{HealthTable, Status};
+use crate::model::health::Status;
 use crate::model::vantage;
 
 /// The outcome of the most recent run of a probe.
@@ -70,18 +71,15 @@ pub struct Vantage {
     pub reason: String,
 }
 
-/// The endpoints a probe decides, and the health table their slots are in.
-#[derive(Debug)]
+/// The endpoint monitors a probe decides: each endpoint, and the monitor's position in it.
+#[derive(Default)]
 pub struct Users {
-    pub table: Arc<HealthTable>,
-    pub list: Vec<User>,
+    pub list: Vec<(Arc<EndpointHealth>, usize)>,
 }
 
 pub struct Live {
     pub key: ProbeKey,
     inner: Mutex<Inner>,
-    /// Where status changes are recorded, one event per endpoint.
-    events: Arc<Events>,
     /// With several replicas: what decides the published status.
     consensus: Option<Arc<dyn Consensus>>,
 }
@@ -102,26 +100,16 @@ struct Inner {
     stopped: bool,
 }
 
-/// A change of the published status, and the endpoints it reached.
-type Published = (StatusChange, Arc<Users>);
-
 impl Live {
-    /// A new probe: `checking` until its first result. Its status changes are recorded in
-    /// a list of its own.
+    /// A new probe: `checking` until its first result.
     #[cfg(test)]
     pub fn new(key: ProbeKey, users: Users) -> Live {
-        Live::reporting(key, users, Arc::default(), None)
+        Live::reporting(key, users, None)
     }
 
-    /// A new probe that records its status changes in `events`. With a `consensus`, its
-    /// endpoints start with the verdict over the views there are, its own `checking` one
-    /// included.
-    pub fn reporting(
-        key: ProbeKey,
-        users: Users,
-        events: Arc<Events>,
-        consensus: Option<Arc<dyn Consensus>>,
-    ) -> Live {
+    /// A new probe. With a `consensus`, its endpoints start with the verdict over the views
+    /// there are, its own `checking` one included.
+    pub fn reporting(key: ProbeKey, users: Users, consensus: Option<Arc<dyn Consensus>>) -> Live {
         let own = OwnView::starting();
         let (published, reason) = match &consensus {
             Some(c) => {
@@ -133,7 +121,6 @@ impl Live {
         };
         let live = Live {
             key,
-            events,
             consensus,
             inner: Mutex::new(Inner {
                 machine: Machine::default(),
@@ -143,7 +130,7 @@ impl Live {
                 last: None,
                 change: None,
                 counts: [0; KINDS.len()],
-                users: Arc::new(Users { table: users.table.clone(), list: Vec::new() }),
+                users: Arc::new(Users::default()),
                 stopped: false,
             }),
         };
@@ -156,13 +143,12 @@ impl Live {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Points the probe at a new set of endpoints (a reload) and writes its current status
-    /// into their slots.
+    /// Points the probe at a new set of endpoints (a reload) and gives them its current
+    /// status.
     pub fn adopt(&self, users: Users) {
         let mut inner = self.lock();
-        let status = inner.published;
-        for u in &users.list {
-            users.table.set(u.slot, status);
+        for (e, i) in &users.list {
+            e.set(*i, inner.published, &inner.reason);
         }
         inner.users = Arc::new(users);
     }
@@ -209,22 +195,17 @@ impl Live {
             latency_ms = latency.as_secs_f64() * 1000.0,
             "probe result"
         );
-        let (own, published) = self.apply(last);
-        if let Some((from, own)) = own {
+        if let Some((from, own)) = self.apply(last) {
             self.log_own_change(from, &own);
-        }
-        if let Some((change, users)) = published {
-            self.log_change(&change, &users);
         }
     }
 
-    /// Updates the state under the lock; returns this replica's own change in a cluster
-    /// (the status before, and the view now), and the change of the published status with
-    /// who it affects.
-    fn apply(&self, last: ProbeResult) -> (Option<(Status, OwnView)>, Option<Published>) {
+    /// Updates the state under the lock, publishing a change to the endpoints; returns
+    /// this replica's own change in a cluster (the status before, and the view now).
+    fn apply(&self, last: ProbeResult) -> Option<(Status, OwnView)> {
         let mut inner = self.lock();
         if inner.stopped {
-            return (None, None);
+            return None;
         }
         let change = inner.machine.apply(last.ok, self.key.monitor.tolerated_failures);
         if let Some(i) = KINDS.iter().position(|k| *k == last.kind) {
@@ -232,57 +213,45 @@ impl Live {
         }
         let (at, reason) = (last.at, last.reason.clone());
         inner.last = Some(last);
-        let Some(c) = change else { return (None, None) };
+        let c = change?;
         let reason = reason.unwrap_or_else(|| "probe succeeded".to_string());
         inner.own = OwnView { status: c.to, reason: reason.clone(), at };
         let Some(consensus) = &self.consensus else {
-            return (None, self.publish(&mut inner, c.to, reason, at));
+            self.publish(&mut inner, c.to, reason, at);
+            return None;
         };
         consensus.changed(&self.key, &inner.own);
         let v = consensus.verdict(&self.key, &inner.own);
-        let own = Some((c.from, inner.own.clone()));
-        (own, self.publish(&mut inner, v.status, v.reason, at))
+        self.publish(&mut inner, v.status, v.reason, at);
+        Some((c.from, inner.own.clone()))
     }
 
     /// Evaluates the verdict again (the other replicas' views changed) and publishes it
     /// when it changed; logs and records as a probe result would.
     pub fn reevaluate(&self) {
         let Some(consensus) = &self.consensus else { return };
-        let published = {
-            let mut inner = self.lock();
-            if inner.stopped {
-                return;
-            }
-            let v = consensus.verdict(&self.key, &inner.own);
-            self.publish(&mut inner, v.status, v.reason, SystemTime::now())
-        };
-        if let Some((change, users)) = published {
-            self.log_change(&change, &users);
+        let mut inner = self.lock();
+        if inner.stopped {
+            return;
         }
+        let v = consensus.verdict(&self.key, &inner.own);
+        self.publish(&mut inner, v.status, v.reason, SystemTime::now());
     }
 
-    /// Stores `status` into every user's slot when it differs from what they hold; returns
-    /// the change. Called under the lock, so `adopt` cannot swap the table between the
-    /// decision and the stores.
-    fn publish(
-        &self,
-        inner: &mut Inner,
-        status: Status,
-        reason: String,
-        at: SystemTime,
-    ) -> Option<Published> {
+    /// Gives `status` to every endpoint monitor when it differs from what they hold (they
+    /// log and record what changes for the endpoints). Called under the lock, so `adopt`
+    /// cannot swap the endpoints between the decision and the updates.
+    fn publish(&self, inner: &mut Inner, status: Status, reason: String, at: SystemTime) {
         let from = inner.published;
         inner.reason = reason.clone();
         if from == status {
-            return None;
+            return;
         }
-        for u in &inner.users.list {
-            inner.users.table.set(u.slot, status);
+        for (e, i) in &inner.users.list {
+            e.set(*i, status, &reason);
         }
         inner.published = status;
-        let change = StatusChange { at, from, to: status, reason };
-        inner.change = Some(change.clone());
-        Some((change, inner.users.clone()))
+        inner.change = Some(StatusChange { at, from, to: status, reason });
     }
 
     /// In a cluster, this replica's own view changing is not an endpoint's status change
@@ -299,32 +268,10 @@ impl Live {
             "probe view of this replica changed"
         );
     }
-
-    /// One line and one event per endpoint: operators search logs by profile and
-    /// endpoint, and a status page shows endpoints, not probes.
-    fn log_change(&self, c: &StatusChange, users: &Users) {
-        for u in &users.list {
-            let event = Event::new(Kind::Status, &u.profile, &u.endpoint).change(c.from, c.to);
-            self.events.record(Event { time: c.at, ..event.reason(c.reason.as_str()) });
-            tracing::info!(
-                profile = %u.profile,
-                endpoint = %u.endpoint,
-                target = %self.key.target,
-                old = %c.from,
-                new = %c.to,
-                reason = c.reason,
-                "endpoint status changed"
-            );
-        }
-    }
 }
 
 pub fn protocol_name(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Http => "http",
-        Protocol::Https => "https",
-        Protocol::Tcp => "tcp",
-    }
+    p.as_str()
 }
 
 #[cfg(test)]
@@ -332,8 +279,11 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::model::Monitor;
+    use crate::model::events::Events;
+    use crate::model::health::HealthTable;
     use crate::model::vantage::{Verdict, View as VantageView};
+    use crate::model::{Monitor, MonitorRule};
+    use crate::probe::endpoint::Spec;
     use crate::probe::plan::ProbeTarget;
 
     /// A consensus whose verdict the test sets, recording the own views it is told of.
@@ -368,6 +318,7 @@ mod tests {
 
     fn key() -> ProbeKey {
         let monitor = Monitor {
+            name: "tcp".into(),
             protocol: Protocol::Tcp,
             port: 80,
             path: "/".into(),
@@ -378,6 +329,7 @@ mod tests {
             headers: vec![],
             body_contains: None,
             tls_verify: false,
+            external: None,
         };
         ProbeKey { target: ProbeTarget::Ip([192, 0, 2, 1].into()), monitor }
     }
@@ -391,11 +343,27 @@ mod tests {
         let fixed = Arc::new(Fixed::default());
         *fixed.verdict.lock().unwrap() = Some(Status::Online);
         let table = Arc::new(HealthTable::new([Status::Checking]));
-        let user = User { profile: "p.".into(), endpoint: "e".into(), slot: 0 };
         let events = Arc::new(Events::default());
-        let users = Users { table: table.clone(), list: vec![user] };
+        let monitors = [key().monitor];
+        let spec = Spec {
+            profile: "p.".into(),
+            endpoint: "e".into(),
+            target: "192.0.2.1".into(),
+            slot: 0,
+            rule: MonitorRule::All,
+            monitors: &monitors,
+        };
+        let endpoint = Arc::new(EndpointHealth::new(
+            spec,
+            table.clone(),
+            events.clone(),
+            Arc::default(),
+            None,
+        ));
+        let users = Users { list: vec![(endpoint.clone(), 0)] };
         let consensus = fixed.clone() as Arc<dyn Consensus>;
-        let live = Live::reporting(key(), users, events.clone(), Some(consensus));
+        let live = Live::reporting(key(), users, Some(consensus));
+        endpoint.ready();
         // Others see it online: served online before this replica's first result.
         assert_eq!(table.status(0), Status::Online);
         live.record(Err(Reason::Refused), Duration::from_millis(1));

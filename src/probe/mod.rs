@@ -6,16 +6,23 @@
 //! pure status machine, `live` holds a running probe's state and publishes it, and
 //! `schedule` is each probe's loop. `Prober` ties them together across reloads: `adopt`
 //! keeps probes whose definition did not change (state and phase included), stops the ones
-//! no longer used and starts new ones in `checking`. The server calls `adopt` on every
+//! no longer used and starts new ones in `checking`. Each monitored endpoint's status is
+//! its monitors' results combined by its rule (`endpoint`); `pushed` and `file` monitors
+//! read `external`, which the admin API (`push_health`) and the health-file watcher
+//! (`health_files`) fill. The server calls `adopt` on every
 //! reload; the admin API reads `endpoint_states`, `stats` and `durations`. In a cluster,
 //! a `Consensus` (`consensus`) turns each probe's own status into the verdict over every
 //! replica's view, and `republish` applies the others' changes.
 
 pub mod check;
 mod consensus;
+mod endpoint;
+mod external;
+mod health_files;
 mod http;
 mod live;
 pub mod plan;
+pub mod pushed;
 mod schedule;
 pub mod state;
 pub mod tls;
@@ -23,6 +30,7 @@ pub mod tls;
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -44,14 +52,18 @@ pub mod http_get {
     pub use super::http::{HttpError, read_head, request};
 }
 pub use consensus::{Consensus, OwnView};
+pub use endpoint::{EndpointView, MonitorState};
 pub use live::{ProbeResult, StatusChange, Vantage, protocol_name};
 pub use plan::{ProbeKey, ProbeTarget};
+pub use pushed::PushedHealth;
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
 
 use crate::model::events::Events;
 use crate::model::health::{HealthTable, HealthView, Status};
 use crate::model::snapshot::Snapshot;
 use check::{Check, Clients};
+use endpoint::{EndpointHealth, Spec};
+use external::External;
 use live::{KINDS, Live, Users};
 use plan::{Placed, Plan, User};
 use schedule::Stats;
@@ -75,6 +87,8 @@ pub struct EndpointState {
     pub results: Vec<(&'static str, u64)>,
     /// In a cluster, for a probed endpoint: every replica's view and the verdict's reason.
     pub vantage: Option<Vantage>,
+    /// A monitored endpoint's monitors, rule and combined reason.
+    pub monitors: Option<EndpointView>,
 }
 
 /// A running probe task.
@@ -115,6 +129,8 @@ struct Adopted {
     table: Arc<HealthTable>,
     /// The running probes; rebuilt only when probes start or stop.
     lives: Arc<HashSet<ByKey>>,
+    /// The status of every monitored endpoint of an enabled profile, by health slot.
+    endpoints: HashMap<usize, Arc<EndpointHealth>>,
 }
 
 /// Runs the probes of the current snapshot. Queries never wait on it: they read the health
@@ -128,13 +144,18 @@ pub struct Prober {
     epoch: tokio::time::Instant,
     /// Taken by `adopt`, `stats` and `wait`; never by queries or probe tasks.
     running: Mutex<HashMap<ProbeKey, Running>>,
-    adopted: ArcSwap<Adopted>,
+    /// Shared with the health-file watchers and push timers, which find endpoints in it.
+    adopted: Arc<ArcSwap<Adopted>>,
+    /// The watcher of each health file read, by path; changed with the probes.
+    files: Mutex<HashMap<PathBuf, CancellationToken>>,
     /// Where probes record status changes.
     events: Arc<Events>,
     /// Where probes connect from, from the adopted snapshot.
     sources: check::Sources,
     /// In a cluster: what turns the replicas' views into statuses.
     consensus: Option<Arc<dyn Consensus>>,
+    /// Pushed statuses and health files, for `pushed` and `file` monitors.
+    external: Arc<External>,
 }
 
 impl Prober {
@@ -158,14 +179,17 @@ impl Prober {
             stats: Arc::new(Stats::default()),
             epoch: tokio::time::Instant::now(),
             running: Mutex::new(HashMap::new()),
-            adopted: ArcSwap::from_pointee(Adopted {
+            adopted: Arc::new(ArcSwap::from_pointee(Adopted {
                 plan: Plan::default(),
                 table: snap.health.clone(),
                 lives: Arc::default(),
-            }),
+                endpoints: HashMap::new(),
+            })),
+            files: Mutex::new(HashMap::new()),
             events,
             sources: Arc::new(ArcSwap::from_pointee(snap.probe_source)),
             consensus,
+            external: Arc::default(),
         };
         let (_, started, _) = prober.switch(snap);
         tracing::info!(probes = started, "health prober started");
@@ -200,18 +224,61 @@ impl Prober {
         }
         let before = running.len();
         let mut started = Vec::new();
-        let kept = self.move_probes(&mut running, plan.probes(), &next.health, &mut started);
+        let endpoints = self.endpoints(&plan, &next.health, &previous.endpoints);
+        let kept = self.move_probes(&mut running, plan.probes(), &endpoints, &mut started);
+        endpoints.values().for_each(|e| e.ready());
         let lives = if running.len() == kept && kept == before {
             previous.lives.clone()
         } else {
             Arc::new(running.values().map(|r| ByKey(r.live.clone())).collect())
         };
-        self.adopted.store(Arc::new(Adopted { plan, table: next.health.clone(), lives }));
+        let table = next.health.clone();
+        let files: HashSet<PathBuf> = endpoints.values().flat_map(|e| e.files()).collect();
+        self.adopted.store(Arc::new(Adopted { plan, table, lives, endpoints }));
+        self.watch_files(files);
+        self.external.pushed.retain(|p, e| self.adopted.load().named(p, e).is_some());
         // A new probe took its first verdict before `republish` could find it: views that
         // changed in between are taken into account now.
         started.iter().for_each(|live| live.reevaluate());
         self.retire(previous);
         (kept, running.len() - kept, before - kept)
+    }
+
+    /// The status of every monitored endpoint of `plan`, writing into `table`, each taking
+    /// over the endpoint of the same name in `previous`, which stops publishing.
+    fn endpoints(
+        &self,
+        plan: &Plan,
+        table: &Arc<HealthTable>,
+        previous: &HashMap<usize, Arc<EndpointHealth>>,
+    ) -> HashMap<usize, Arc<EndpointHealth>> {
+        let mut before: HashMap<(&str, &str), &EndpointHealth> = HashMap::new();
+        for e in previous.values() {
+            e.retire();
+            before.insert((&e.profile, &e.endpoint), e);
+        }
+        let mut out = HashMap::new();
+        for placed in plan.profiles.iter().filter(|p| p.monitored && p.leaves.enabled) {
+            for (i, leaf) in placed.leaves.leaves.iter().enumerate() {
+                if !leaf.is_monitored() {
+                    continue;
+                }
+                let monitors: Vec<_> = leaf.monitors.iter().map(|m| m.monitor.clone()).collect();
+                let spec = Spec {
+                    profile: placed.leaves.name.clone(),
+                    endpoint: leaf.endpoint.clone(),
+                    target: leaf.target.to_string(),
+                    slot: placed.slot(i),
+                    rule: leaf.rule,
+                    monitors: &monitors,
+                };
+                let old = before.get(&(&*placed.leaves.name, &*leaf.endpoint)).copied();
+                let (events, external) = (self.events.clone(), self.external.clone());
+                let e = EndpointHealth::new(spec, table.clone(), events, external, old);
+                out.insert(placed.slot(i), Arc::new(e));
+            }
+        }
+        out
     }
 
     /// Stops the running probes `probes` no longer has, points the others at their new
@@ -221,7 +288,7 @@ impl Prober {
         &self,
         running: &mut HashMap<ProbeKey, Running>,
         probes: HashMap<&ProbeKey, Vec<User>>,
-        table: &Arc<HealthTable>,
+        endpoints: &HashMap<usize, Arc<EndpointHealth>>,
         started: &mut Vec<Arc<Live>>,
     ) -> usize {
         running.retain(|key, r| {
@@ -235,7 +302,9 @@ impl Prober {
         });
         let kept = running.len();
         for (key, list) in probes {
-            let users = Users { table: table.clone(), list };
+            let list =
+                list.iter().filter_map(|u| Some((endpoints.get(&u.slot)?.clone(), u.monitor)));
+            let users = Users { list: list.collect() };
             match running.get(key) {
                 Some(r) => r.live.adopt(users),
                 None => {
@@ -248,6 +317,82 @@ impl Prober {
             }
         }
         kept
+    }
+
+    /// Starts a watcher for each health file in `files` not watched yet, and stops the
+    /// watchers of the others.
+    fn watch_files(&self, files: HashSet<PathBuf>) {
+        let mut watching = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        watching.retain(|path, cancel| {
+            let keep = files.contains(path);
+            if !keep {
+                cancel.cancel();
+            }
+            keep
+        });
+        self.external.files.retain(|p| files.contains(p));
+        for path in files {
+            if watching.contains_key(&path) {
+                continue;
+            }
+            let cancel = self.cancel.child_token();
+            let adopted = self.adopted.clone();
+            let watched = path.clone();
+            let changed = move || adopted.load().refresh_readers(&watched);
+            let task =
+                health_files::watch(path.clone(), self.external.clone(), changed, cancel.clone());
+            self.runtime.spawn(task);
+            watching.insert(path, cancel);
+        }
+    }
+
+    /// Pushes a health status to an endpoint of the current configuration (absolute
+    /// profile name); returns the push it replaces. The endpoint is evaluated again now,
+    /// and again when the push expires.
+    pub fn push_health(
+        &self,
+        profile: &str,
+        endpoint: &str,
+        push: PushedHealth,
+    ) -> Result<Option<PushedHealth>, PushError> {
+        let adopted = self.adopted.load();
+        let e = adopted.pushable(profile, endpoint)?;
+        let ttl = push.ttl;
+        let before = self.external.pushed.set(profile, endpoint, push);
+        e.refresh();
+        let adopted = self.adopted.clone();
+        let (profile, endpoint) = (profile.to_string(), endpoint.to_string());
+        let cancel = self.cancel.clone();
+        self.runtime.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                // A moment after the end, so that the push is no longer live when read.
+                () = tokio::time::sleep(ttl + std::time::Duration::from_millis(1)) => {
+                    if let Some(e) = adopted.load().named(&profile, &endpoint) {
+                        e.refresh();
+                    }
+                }
+            }
+        });
+        Ok(before)
+    }
+
+    /// Clears the push to an endpoint; returns it.
+    pub fn clear_health(
+        &self,
+        profile: &str,
+        endpoint: &str,
+    ) -> Result<Option<PushedHealth>, PushError> {
+        let adopted = self.adopted.load();
+        let e = adopted.pushable(profile, endpoint)?;
+        let before = self.external.pushed.clear(profile, endpoint);
+        e.refresh();
+        Ok(before)
+    }
+
+    /// The last push to an endpoint, live or not.
+    pub fn pushed_health(&self, profile: &str, endpoint: &str) -> Option<PushedHealth> {
+        self.external.pushed.get(profile, endpoint)
     }
 
     /// Frees the replaced plan on a blocking thread: when much of the configuration
@@ -269,7 +414,7 @@ impl Prober {
         );
         let first = schedule::first_run(self.epoch, &key);
         let consensus = self.consensus.clone();
-        let live = Arc::new(Live::reporting(key, users, self.events.clone(), consensus));
+        let live = Arc::new(Live::reporting(key, users, consensus));
         let cancel = self.cancel.child_token();
         let task = self.runtime.spawn(schedule::run(
             live.clone(),
@@ -346,12 +491,55 @@ impl Prober {
     }
 }
 
+/// Why a push was not taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    #[error("no profile named {0}")]
+    NoProfile(String),
+    #[error("profile {profile} has no endpoint {endpoint:?}")]
+    NoEndpoint { profile: String, endpoint: String },
+    #[error(
+        "endpoint {endpoint:?} of {profile} has no monitors (it is nested, always_serve, disabled or in a disabled profile): there is no status to push"
+    )]
+    NotMonitored { profile: String, endpoint: String },
+}
+
 impl Adopted {
+    /// The status of a monitored endpoint, by name.
+    fn named(&self, profile: &str, endpoint: &str) -> Option<&Arc<EndpointHealth>> {
+        let placed = &self.plan.profiles[*self.plan.index.get(profile)?];
+        let i = placed.leaves.leaves.iter().position(|l| *l.endpoint == *endpoint)?;
+        self.endpoints.get(&placed.slot(i))
+    }
+
+    /// The endpoint a push goes to, or why there is none.
+    fn pushable(&self, profile: &str, endpoint: &str) -> Result<&Arc<EndpointHealth>, PushError> {
+        let Some(&id) = self.plan.index.get(profile) else {
+            return Err(PushError::NoProfile(profile.to_string()));
+        };
+        let placed = &self.plan.profiles[id];
+        let names = (profile.to_string(), endpoint.to_string());
+        if !placed.leaves.leaves.iter().any(|l| *l.endpoint == *endpoint) {
+            return Err(PushError::NoEndpoint { profile: names.0, endpoint: names.1 });
+        }
+        self.named(profile, endpoint)
+            .ok_or(PushError::NotMonitored { profile: names.0, endpoint: names.1 })
+    }
+
+    /// Evaluates again every endpoint whose `file` monitor reads `path`.
+    fn refresh_readers(&self, path: &std::path::Path) {
+        self.endpoints.values().filter(|e| e.reads(path)).for_each(|e| e.refresh());
+    }
+
     /// The state of `p`'s leaf at position `i`.
     fn state(&self, p: &Placed, i: usize) -> EndpointState {
         let leaf = &p.leaves.leaves[i];
-        let live = p.probe(leaf).and_then(|k| self.lives.get(k)).map(|b| &b.0);
-        let (status, last_probe, last_change, results, vantage) = match live {
+        // The first probe's history: an endpoint with one monitor shows it as it always
+        // did; the others show every monitor in `monitors`.
+        let first = p.monitors(leaf).iter().find_map(|m| m.probe.as_ref());
+        let live = first.and_then(|k| self.lives.get(k)).map(|b| &b.0);
+        let combined = self.endpoints.get(&p.slot(i)).map(|e| e.view());
+        let (mut status, last_probe, mut last_change, results, vantage) = match live {
             Some(live) => {
                 let v = live.view();
                 let results =
@@ -360,16 +548,21 @@ impl Adopted {
             }
             None => (self.table.status(p.slot(i)), None, None, Vec::new(), None),
         };
+        if let Some(c) = &combined {
+            status = c.status;
+            last_change.clone_from(&c.change);
+        }
         EndpointState {
             profile: p.leaves.name.to_string(),
             endpoint: leaf.endpoint.to_string(),
             target: leaf.target.to_string(),
             status,
-            probed: live.is_some(),
+            probed: combined.is_some(),
             last_probe,
             last_change,
             results,
             vantage,
+            monitors: combined,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Which probes a snapshot needs: one per distinct (target, monitor), with every endpoint
-//! that uses it.
+//! monitor that uses it, and which endpoints combine several monitors.
 //!
 //! Pure, so what is shared and what is probed at all is tested without sockets. An
 //! endpoint is probed when it is a leaf (not nested), enabled in the configuration
@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::model::snapshot::Snapshot;
-use crate::model::{Endpoint, Monitor, Profile, Target};
+use crate::model::{Endpoint, Monitor, MonitorRule, Profile, Target};
 use crate::wire::name::WireName;
 
 /// What a probe connects to: an address, or a host name resolved on every run.
@@ -42,12 +42,14 @@ pub struct ProbeKey {
     pub monitor: Monitor,
 }
 
-/// An endpoint whose health slot a probe writes.
+/// An endpoint monitor a probe decides.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub profile: Arc<str>,
     pub endpoint: Arc<str>,
     pub slot: usize,
+    /// Position of the monitor in the endpoint's `monitors`.
+    pub monitor: usize,
 }
 
 /// A leaf endpoint of a profile, with the probe its monitor asks for (if any). Its health
@@ -58,9 +60,27 @@ pub struct User {
 pub struct Leaf {
     pub endpoint: Arc<str>,
     pub target: ProbeTarget,
-    /// Set when the endpoint is monitored (enabled, not `always_serve`); it is probed only
-    /// if the profile is enabled too, and shown `stopped` otherwise.
+    /// Set when the endpoint is monitored (enabled, not `always_serve`), in configuration
+    /// order; its monitors run only if the profile is enabled too, and it is shown
+    /// `stopped` otherwise.
+    pub monitors: Vec<LeafMonitor>,
+    pub rule: MonitorRule,
+}
+
+/// One monitor of a leaf endpoint.
+#[derive(Debug)]
+pub struct LeafMonitor {
+    pub monitor: Monitor,
+    /// The probe deciding it; `None` for `pushed` and `file` monitors. Its monitor has no
+    /// name, so that endpoints naming the same probe differently share it.
     pub probe: Option<ProbeKey>,
+}
+
+impl Leaf {
+    /// Whether the endpoint has monitors (and so a status of its own to decide).
+    pub fn is_monitored(&self) -> bool {
+        !self.monitors.is_empty()
+    }
 }
 
 /// The leaf endpoints of one profile, in endpoint order. Shared by consecutive plans for
@@ -88,9 +108,9 @@ impl Placed {
         self.base.wrapping_add(i)
     }
 
-    /// The probe deciding `leaf`'s status: none when its profile is disabled.
-    pub fn probe<'a>(&self, leaf: &'a Leaf) -> Option<&'a ProbeKey> {
-        leaf.probe.as_ref().filter(|_| self.leaves.enabled)
+    /// The monitors deciding `leaf`'s status: none when its profile is disabled.
+    pub fn monitors<'a>(&self, leaf: &'a Leaf) -> &'a [LeafMonitor] {
+        if self.leaves.enabled { &leaf.monitors } else { &[] }
     }
 }
 
@@ -136,13 +156,16 @@ impl Plan {
         for placed in self.profiles.iter().filter(|p| p.monitored && p.leaves.enabled) {
             let p = &placed.leaves;
             for (i, leaf) in p.leaves.iter().enumerate() {
-                let Some(key) = placed.probe(leaf) else { continue };
-                let user = User {
-                    profile: p.name.clone(),
-                    endpoint: leaf.endpoint.clone(),
-                    slot: placed.slot(i),
-                };
-                out.entry(key).or_default().push(user);
+                for (monitor, m) in placed.monitors(leaf).iter().enumerate() {
+                    let Some(key) = &m.probe else { continue };
+                    let user = User {
+                        profile: p.name.clone(),
+                        endpoint: leaf.endpoint.clone(),
+                        slot: placed.slot(i),
+                        monitor,
+                    };
+                    out.entry(key).or_default().push(user);
+                }
             }
         }
         out
@@ -153,7 +176,7 @@ impl Plan {
         let disabled = self.profiles.iter().filter(|p| p.monitored && !p.leaves.enabled);
         disabled.flat_map(|p| {
             let leaves = p.leaves.leaves.iter().enumerate();
-            leaves.filter(|(_, l)| l.probe.is_some()).map(|(i, _)| p.slot(i))
+            leaves.filter(|(_, l)| l.is_monitored()).map(|(i, _)| p.slot(i))
         })
     }
 }
@@ -178,10 +201,21 @@ fn same_target(probe: &ProbeTarget, t: &Target) -> bool {
     }
 }
 
-/// The monitor that probes `ep`, whether or not its profile is enabled. A drained
-/// endpoint is probed as before, so its health is known when it is undrained.
-fn monitor(ep: &Endpoint) -> Option<&Monitor> {
-    ep.monitor.as_deref().filter(|_| ep.configured_enabled && !ep.always_serve)
+/// The monitors of `ep`, whether or not its profile is enabled. A drained endpoint is
+/// probed as before, so its health is known when it is undrained.
+fn monitors(ep: &Endpoint) -> &[Monitor] {
+    if ep.configured_enabled && !ep.always_serve { &ep.monitors } else { &[] }
+}
+
+/// The monitors of a leaf endpoint, with the probe of each probed one.
+fn leaf_monitors(ep: &Endpoint, target: &ProbeTarget) -> Vec<LeafMonitor> {
+    let probe = |m: &Monitor| {
+        let monitor = Monitor { name: String::new(), ..m.clone() };
+        ProbeKey { target: target.clone(), monitor }
+    };
+    let all = monitors(ep).iter();
+    all.map(|m| LeafMonitor { monitor: m.clone(), probe: m.is_probed().then(|| probe(m)) })
+        .collect()
 }
 
 /// The base slot `p` puts `old` at, if `old` still describes `p` exactly. `old` was looked
@@ -200,7 +234,8 @@ fn unchanged(old: &Leaves, p: &Profile) -> Option<usize> {
         let same = *l.endpoint == *ep.name
             && base + i == slot
             && same_target(&l.target, &ep.target)
-            && l.probe.as_ref().map(|k| &k.monitor) == monitor(ep);
+            && l.rule == ep.monitor_rule
+            && l.monitors.iter().map(|m| &m.monitor).eq(monitors(ep));
         if !same {
             return None;
         }
@@ -216,10 +251,11 @@ fn build(p: &Profile) -> Placed {
         let slot = ep.health_slot.expect("a load gives every leaf endpoint a health slot");
         let base = *base.get_or_insert(slot);
         debug_assert_eq!(slot, base + leaves.len(), "slots not consecutive");
-        let probe = monitor(ep).map(|m| ProbeKey { target: target.clone(), monitor: m.clone() });
-        leaves.push(Leaf { endpoint: Arc::from(ep.name.as_str()), target, probe });
+        let monitors = leaf_monitors(ep, &target);
+        let endpoint = Arc::from(ep.name.as_str());
+        leaves.push(Leaf { endpoint, target, monitors, rule: ep.monitor_rule });
     }
-    let monitored = leaves.iter().any(|l| l.probe.is_some());
+    let monitored = leaves.iter().any(Leaf::is_monitored);
     let leaves = Leaves { name: Arc::from(p.name.as_str()), enabled: p.enabled, leaves };
     Placed { base: base.unwrap_or(0), monitored, leaves: Arc::new(leaves) }
 }
@@ -287,7 +323,7 @@ mod tests {
         for p in &plan.profiles {
             for (i, l) in p.leaves.leaves.iter().enumerate() {
                 let name = format!("{}/{}", p.leaves.name, l.endpoint);
-                out.push((name, p.probe(l).is_some(), p.slot(i)));
+                out.push((name, !p.monitors(l).is_empty(), p.slot(i)));
             }
         }
         out

@@ -192,7 +192,8 @@ fn protocol_index(p: Protocol) -> usize {
     match p {
         Protocol::Http => 0,
         Protocol::Https => 1,
-        Protocol::Tcp => 2,
+        // Not probed: their checks never run, so they are counted nowhere in practice.
+        Protocol::Tcp | Protocol::Pushed | Protocol::File => 2,
     }
 }
 
@@ -248,13 +249,15 @@ mod tests {
     use super::*;
     use crate::model::Monitor;
     use crate::model::health::{HealthTable, HealthView, Status};
+    use crate::probe::endpoint::alone;
     use crate::probe::live::Users;
-    use crate::probe::plan::{ProbeTarget, User};
+    use crate::probe::plan::ProbeTarget;
 
     fn key(last_octet: u8, interval: Duration, timeout: Duration) -> ProbeKey {
         ProbeKey {
             target: ProbeTarget::Ip([192, 0, 2, last_octet].into()),
             monitor: Monitor {
+                name: "tcp".into(),
                 protocol: Protocol::Tcp,
                 port: 80,
                 path: "/".into(),
@@ -265,6 +268,7 @@ mod tests {
                 headers: vec![],
                 body_contains: None,
                 tls_verify: false,
+                external: None,
             },
         }
     }
@@ -296,8 +300,9 @@ mod tests {
         cancel: &CancellationToken,
     ) -> (Arc<Live>, Arc<HealthTable>, Arc<Mutex<Vec<Instant>>>) {
         let table = Arc::new(HealthTable::new([Status::Checking]));
-        let user = User { profile: "p.".into(), endpoint: "e".into(), slot: 0 };
-        let live = Arc::new(Live::new(key, Users { table: table.clone(), list: vec![user] }));
+        let e = alone(&key.monitor, table.clone(), Arc::default());
+        let live = Arc::new(Live::new(key, Users { list: vec![(e.clone(), 0)] }));
+        e.ready();
         let runs = Arc::new(Mutex::new(Vec::new()));
         let fake = Fake { runs: runs.clone(), delay, result };
         let first = first_run(Instant::now(), &live.key);
@@ -391,8 +396,9 @@ mod tests {
         let cancel = CancellationToken::new();
         let k = key(4, Duration::from_millis(200), Duration::from_millis(50));
         let table = Arc::new(HealthTable::new([Status::Online]));
-        let user = User { profile: "p.".into(), endpoint: "e".into(), slot: 0 };
-        let live = Arc::new(Live::new(k, Users { table: table.clone(), list: vec![user] }));
+        let e = alone(&k.monitor, table.clone(), Arc::default());
+        let live = Arc::new(Live::new(k, Users { list: vec![(e.clone(), 0)] }));
+        e.ready();
         let emfile = Reason::Local("Too many open files (os error 24)".into());
         let runs = Arc::new(Mutex::new(Vec::new()));
         let fake =

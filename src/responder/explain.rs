@@ -36,6 +36,30 @@ pub struct Explanation {
     /// probed endpoint of the profiles the name leads to.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<EndpointHealth>,
+    /// The admin API's explain: each endpoint with several monitors (or a pushed or file
+    /// one) of the profiles the name leads to, with every monitor's result and the rule.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub monitors: Vec<EndpointMonitors>,
+}
+
+/// How an endpoint's monitors made its status.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EndpointMonitors {
+    pub profile: String,
+    pub endpoint: String,
+    pub status: String,
+    pub reason: String,
+    pub rule: String,
+    pub monitors: Vec<MonitorResult>,
+}
+
+/// One monitor's result.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MonitorResult {
+    pub name: String,
+    pub protocol: String,
+    pub status: String,
+    pub reason: String,
 }
 
 /// One endpoint's status as the replicas agreed on it.
@@ -171,6 +195,7 @@ fn explain_traced(
         scope: ecs_scope(&reply),
         trace: trace.into_lines(),
         health: Vec::new(),
+        monitors: Vec::new(),
     }
 }
 
@@ -222,6 +247,19 @@ impl std::fmt::Display for Explanation {
             writeln!(f, "  {}/{}: {} ({})", h.profile, h.endpoint, h.status, h.reason)?;
             for v in &h.vantage_points {
                 writeln!(f, "    {}: {} since {}: {}", v.node, v.status, v.at, v.reason)?;
+            }
+        }
+        if !self.monitors.is_empty() {
+            writeln!(f, "monitors:")?;
+        }
+        for e in &self.monitors {
+            writeln!(
+                f,
+                "  {}/{}: {} by rule {} ({})",
+                e.profile, e.endpoint, e.status, e.rule, e.reason
+            )?;
+            for m in &e.monitors {
+                writeln!(f, "    {} ({}): {}: {}", m.name, m.protocol, m.status, m.reason)?;
             }
         }
         Ok(())

@@ -90,7 +90,8 @@ impl Lab {
             configured_bias: 0,
             bias_override: None,
             health_slot: (!nested).then_some(self.slots),
-            monitor: None,
+            monitors: Vec::new(),
+            monitor_rule: Default::default(),
             load: None,
         });
         if !nested {

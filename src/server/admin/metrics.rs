@@ -354,6 +354,16 @@ fn probe_gauges(prober: &Prober, states: &[EndpointState]) -> Vec<Gauge> {
         },
     ];
     for s in states {
+        for m in s.monitors.iter().flat_map(|c| &c.monitors) {
+            let labels = vec![
+                ("profile", s.profile.clone()),
+                ("endpoint", s.endpoint.clone()),
+                ("monitor", m.name.clone()),
+                ("status", m.status.as_str().to_string()),
+            ];
+            let help = "1 for each monitor of each monitored endpoint, labelled with its status";
+            out.push(Gauge { name: "steerdns_monitor_status", help, labels, value: 1.0 });
+        }
         let Some(last) = &s.last_probe else { continue };
         out.push(Gauge {
             name: "steerdns_probe_last_duration_seconds",

@@ -15,6 +15,7 @@ mod cluster;
 mod events;
 pub(crate) mod extract;
 pub mod failover;
+mod health;
 mod load;
 pub mod metrics;
 pub mod openapi;
@@ -96,6 +97,8 @@ pub const ROUTES: &[(&str, Method)] = &[
     ("/api/v1/load", Method::GET),
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", Method::PUT),
     ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", Method::DELETE),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/health", Method::PUT),
+    ("/api/v1/profiles/{name}/endpoints/{endpoint}/health", Method::DELETE),
 ];
 
 /// The routes served without the token: they hold no data and no secret.
@@ -138,6 +141,8 @@ fn handler(path: &str, method: &Method) -> MethodRouter<Shared> {
         ("/api/v1/load", "GET") => get(load::show),
         ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", "PUT") => put(load::push),
         ("/api/v1/profiles/{name}/endpoints/{endpoint}/load", "DELETE") => delete(load::clear),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/health", "PUT") => put(health::push),
+        ("/api/v1/profiles/{name}/endpoints/{endpoint}/health", "DELETE") => delete(health::clear),
         _ => panic!("ROUTES lists {method} {path}, which has no handler"),
     }
 }
@@ -427,6 +432,7 @@ async fn profile(State(c): State<Shared>, JsonPath(name): JsonPath<String>) -> R
                 "drained": ep.drained,
                 "weight_override": ep.weight_override,
                 "load": load::endpoint_load(&loads, &p.name, &ep.name, ep.load.as_deref()),
+                "pushed_health": c.prober.pushed_health(&p.name, &ep.name).as_ref().map(health::pushed_json),
             });
             if p.method == crate::model::Method::Geoproximity {
                 let o = v.as_object_mut().expect("object");
@@ -506,6 +512,7 @@ async fn explain_query(
     if c.cluster.is_some() {
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);
     }
+    explained.monitors = probes::monitors_of(&c.prober, &snap, &abs);
     Json(explained).into_response()
 }
 

@@ -12,7 +12,7 @@ use crate::FastMap;
 use crate::model::vantage::View;
 use crate::model::{Snapshot, Target};
 use crate::probe::{EndpointState, Prober};
-use crate::responder::explain::{EndpointHealth, VantagePoint};
+use crate::responder::explain::{EndpointHealth, EndpointMonitors, MonitorResult, VantagePoint};
 use crate::wire::name::WireName;
 
 /// The extra fields of every leaf endpoint of `profile` (absolute name), by endpoint name:
@@ -48,6 +48,21 @@ fn details(s: &EndpointState) -> Map<String, Value> {
     m.insert("last_probe".into(), last_probe.unwrap_or(Value::Null));
     m.insert("last_change".into(), last_change.unwrap_or(Value::Null));
     m.insert("probe_results".into(), Value::Object(results));
+    if let Some(c) = &s.monitors {
+        m.insert("reason".into(), Value::String(c.reason.clone()));
+        m.insert("monitor_rule".into(), Value::String(c.rule.to_string()));
+        let monitors = c.monitors.iter().map(|m| {
+            json!({
+                "name": m.name,
+                "protocol": m.protocol.as_str(),
+                "status": m.status.as_str(),
+                "reason": m.reason,
+            })
+        });
+        m.insert("monitors".into(), Value::Array(monitors.collect()));
+        let overriding = c.overridden_by.as_ref().map(super::health::pushed_json);
+        m.insert("health_override".into(), overriding.unwrap_or(Value::Null));
+    }
     if let Some(v) = &s.vantage {
         m.insert("verdict".into(), json!({ "status": s.status.as_str(), "reason": v.reason }));
         m.insert("vantage_points".into(), vantage_points(&v.views));
@@ -65,6 +80,47 @@ pub fn vantage_points(views: &[View]) -> Value {
 
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The monitors of every endpoint of the profile `name` leads to (and of the profiles it
+/// nests) that has several, or a pushed or file one, for the admin API's explain.
+pub fn monitors_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<EndpointMonitors> {
+    let mut out = Vec::new();
+    let Some(first) = snap.profile_by_name(&WireName::from_name(name)) else { return out };
+    let (mut todo, mut seen) = (vec![first], vec![first]);
+    while let Some(id) = todo.pop() {
+        let p = &snap.profiles[id];
+        for ep in &p.endpoints {
+            if let Target::Nested(n) = &ep.target
+                && !seen.contains(&n.child)
+            {
+                seen.push(n.child);
+                todo.push(n.child);
+            }
+        }
+        let shown = |s: &EndpointState| {
+            let ep = p.endpoints.iter().find(|e| e.name == s.endpoint);
+            ep.is_some_and(|e| e.monitors.len() > 1 || e.monitors.iter().any(|m| !m.is_probed()))
+        };
+        for s in prober.profile_states(&p.name).into_iter().filter(shown) {
+            let Some(c) = s.monitors else { continue };
+            let monitors = c.monitors.iter().map(|m| MonitorResult {
+                name: m.name.clone(),
+                protocol: m.protocol.as_str().to_string(),
+                status: m.status.as_str().to_string(),
+                reason: m.reason.clone(),
+            });
+            out.push(EndpointMonitors {
+                profile: s.profile,
+                endpoint: s.endpoint,
+                status: c.status.as_str().to_string(),
+                reason: c.reason,
+                rule: c.rule.to_string(),
+                monitors: monitors.collect(),
+            });
+        }
+    }
+    out
 }
 
 /// The verdict and vantage points of every probed endpoint of the profile `name` leads

@@ -489,6 +489,7 @@ mod tests {
         ProbeKey {
             target,
             monitor: Monitor {
+                name: protocol.as_str().into(),
                 protocol,
                 port,
                 path: path.into(),
@@ -499,6 +500,7 @@ mod tests {
                 headers: vec![],
                 body_contains: None,
                 tls_verify: false,
+                external: None,
             },
         }
     }
