@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod counters;
 pub mod dnssec;
 pub mod events;
+pub mod flat;
 pub mod health;
 pub mod load;
 pub mod presigned;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::cluster::ClusterSettings;
 use super::counters::QueryCounters;
+use super::flat::{FlatTable, FlattenSettings};
 use super::health::HealthTable;
 use super::load::{LoadRules, LoadTable};
 use super::presigned::Presigned;
@@ -211,6 +212,10 @@ pub struct Snapshot {
     pub load_rules: Option<Arc<LoadRules>>,
     /// Each endpoint's effective share, by health slot (full without load feedback).
     pub load: Arc<LoadTable>,
+    /// `flatten:`, when some endpoint is flattened: how its host name is resolved.
+    pub flatten: Option<Arc<FlattenSettings>>,
+    /// The addresses of every flattened host name, by `Endpoint::flat_slot`.
+    pub flat: Arc<FlatTable>,
 }
 
 impl Snapshot {
@@ -248,6 +253,8 @@ impl Snapshot {
             rum: None,
             load_rules: None,
             load,
+            flatten: None,
+            flat: Arc::default(),
         }
     }
 
@@ -335,6 +342,8 @@ impl Snapshot {
             rum: self.rum.clone(),
             load_rules: self.load_rules.clone(),
             load: self.load.clone(),
+            flatten: self.flatten.clone(),
+            flat: self.flat.clone(),
         }
     }
 }

@@ -13,8 +13,10 @@
 
 pub mod check;
 mod consensus;
+pub mod flatten;
 mod http;
 mod live;
+pub mod lookup;
 pub mod plan;
 mod schedule;
 pub mod state;

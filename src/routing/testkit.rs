@@ -90,6 +90,7 @@ impl Lab {
             configured_bias: 0,
             bias_override: None,
             health_slot: (!nested).then_some(self.slots),
+            flat_slot: None,
             monitor: None,
             load: None,
         });
