@@ -11,6 +11,7 @@ pub mod dns;
 pub mod etcd;
 pub mod fixtures;
 pub mod http;
+pub mod knot;
 pub mod named;
 pub mod prometheus;
 pub mod replicas;
@@ -22,6 +23,6 @@ pub mod tools;
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
-    browser::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*, prometheus::*,
+    browser::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, knot::*, named::*, prometheus::*,
     replicas::*, reply::*, resolver::*, server::*, tools::*,
 };
