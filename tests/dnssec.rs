@@ -634,8 +634,7 @@ async fn delv_validates_through_a_key_rollover() {
 /// beside them. The addresses come from a CDN zone in Knot, resolved through Unbound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delv_validates_flattened_answers() {
-    if !delv_installed() || !keygen_installed() || !Knot::available() || !Resolver::available()
-    {
+    if !delv_installed() || !keygen_installed() || !Knot::available() || !Resolver::available() {
         return;
     }
     let cdn = "cdn.example.";
@@ -667,7 +666,11 @@ async fn delv_validates_flattened_answers() {
     for name in [ORIGIN.to_string(), fq("flat")] {
         for qtype in [T_A, T_AAAA] {
             while h.udp(&Q::new(&name, qtype)).await.addrs().is_empty() {
-                assert!(started.elapsed().as_secs() < 15, "{name} not resolved:\n{}", resolver.log());
+                assert!(
+                    started.elapsed().as_secs() < 15,
+                    "{name} not resolved:\n{}",
+                    resolver.log()
+                );
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }

@@ -77,6 +77,21 @@ impl Knot {
         assert!(out.status.success(), "knotc zone-reload: {out:?}\n{}", self.daemon.log());
     }
 
+    /// The addresses Knot serves for `name`/`qtype`, as `kdig` (Debian package
+    /// `knot-dnsutils`) reads them: what a test compares steerdns's flattened answers with.
+    /// `None` (with a message) when kdig is not installed.
+    pub fn kdig_addrs(&self, name: &str, qtype: &str) -> Option<Vec<std::net::IpAddr>> {
+        let kdig = require_tool("kdig", "knot-dnsutils")?;
+        let out = std::process::Command::new(kdig)
+            .arg(format!("@{}", self.addr.ip()))
+            .args(["-p", &self.addr.port().to_string(), "+short", name, qtype])
+            .output()
+            .expect("kdig runs");
+        assert!(out.status.success(), "kdig: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        Some(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
     pub fn log(&self) -> String {
         self.daemon.log()
     }
