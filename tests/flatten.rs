@@ -246,3 +246,32 @@ fn flattening_mistakes_are_located() {
         assert!(got.iter().any(|g| g.starts_with(w)), "missing {w:?} in {got:#?}");
     }
 }
+
+/// With `require_ad: true`, answers of a resolver that does not validate (this Unbound
+/// runs without its validator) are failed lookups: the apex has no address to serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_ad_refuses_unvalidated_answers() {
+    if !Knot::available() || !Resolver::available() {
+        return;
+    }
+    let knot = Knot::start(CDN, &cdn_zone(1, 60, "192.0.2.10", "2001:db8::10")).unwrap();
+    let resolver = Resolver::start(knot.addr, CDN).unwrap();
+    let keys = format!("  resolvers: [\"{}\"]\n  require_ad: true\n", resolver.addr);
+    let h = start(&keys).await;
+    let slot = h.server().snapshot().flat.slots[0].clone();
+    let started = Instant::now();
+    while slot.lookups_failed.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no lookup failed:\n{}",
+            resolver.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(slot.lookups_ok.load(std::sync::atomic::Ordering::Relaxed), 0);
+    h.udp(&Q::new("tm.example.test.", T_A)).await.assert_negative(NOERROR);
+    // The next endpoint answers for the flattened one.
+    let r = h.udp(&Q::new("flat.tm.example.test.", T_A)).await;
+    assert_eq!(records(&r).iter().map(|x| x.0).collect::<Vec<_>>(), [ip("198.51.100.7")]);
+    h.stop().await;
+}
