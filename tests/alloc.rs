@@ -505,6 +505,8 @@ fn many_config_with(dir: &Path, profiles: &str) -> Snapshot {
             "zones/tm.example.test.zone",
             &root.join("zones/tm.example.test.zone").display().to_string(),
         );
+    // Flattened names need a resolver; none is asked here.
+    let yaml = format!("{yaml}flatten:\n  resolvers: [\"127.0.0.1\"]\n");
     std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
     std::fs::write(dir.join("latency.yaml"), many_regions_table()).unwrap();
     std::fs::create_dir(dir.join("profiles")).unwrap();
@@ -728,6 +730,76 @@ endpoints:
     };
     for q in &queries {
         assert!(ask(q));
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        for q in &queries {
+            ask(q);
+        }
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
+}
+
+/// Flattened answers, at the apex and below it, fresh and stale: the addresses are read
+/// from the flat table and their TTL counted down without an allocation.
+#[test]
+fn flattened_answers_allocate_nothing() {
+    use steerdns::model::flat::{Family, Lookup};
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = "\
+name: tm.example.test.
+routing: priority
+flatten: true
+endpoints:
+  - { name: cdn, target: fresh.cdn.example., always_serve: true }
+---
+name: flat
+routing: weighted
+endpoints:
+  - { name: cdn, target: stale.cdn.example., flatten: true, always_serve: true }
+";
+    let snap = many_config_with(dir.path(), profiles);
+    assert_eq!(snap.flat.slots.len(), 2);
+    let now = 1_800_000_000u64;
+    for (slot, received) in snap.flat.slots.iter().zip([now - 10, now - 3600]) {
+        for (family, addrs) in
+            [(Family::V4, vec!["192.0.2.1", "192.0.2.2"]), (Family::V6, vec!["2001:db8::1"])]
+        {
+            slot.store(
+                family,
+                Lookup {
+                    addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+                    received,
+                    ttl: 60,
+                    resolver: "127.0.0.1:53".parse().unwrap(),
+                    authenticated: false,
+                    chain: Vec::new(),
+                },
+            );
+        }
+        slot.update_usable(now, snap.flat.rules);
+    }
+    let queries = [
+        query("tm.example.test.", RecordType::A, None),
+        query("tm.example.test.", RecordType::AAAA, None),
+        query("tm.example.test.", RecordType::NS, None),
+        query("flat.tm.example.test.", RecordType::A, None),
+        query("flat.tm.example.test.", RecordType::AAAA, Some("198.51.100.0/24")),
+    ];
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut out = Vec::with_capacity(1500);
+    let src: IpAddr = "127.0.0.1".parse().unwrap();
+    let mut ask = |q: &[u8]| {
+        let packet =
+            Packet { bytes: q, src, transport: Transport::Udp, now: now as u32, measured: None };
+        respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).unwrap();
+        // ANCOUNT: every query here has an answer.
+        u16::from_be_bytes([out[6], out[7]])
+    };
+    for q in &queries {
+        assert!(ask(q) > 0, "an answer to {q:02x?}");
     }
     let before = ALLOCS.load(Ordering::Relaxed);
     for _ in 0..1000 {

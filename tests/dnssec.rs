@@ -628,3 +628,72 @@ async fn delv_validates_through_a_key_rollover() {
     }
     h.stop().await;
 }
+
+/// Flattened answers (a profile at the apex, and a flattened endpoint below it) are signed
+/// online like every other: `delv` validates them, and the apex's own records and NODATA
+/// beside them. The addresses come from a CDN zone in Knot, resolved through Unbound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delv_validates_flattened_answers() {
+    if !delv_installed() || !keygen_installed() || !Knot::available() || !Resolver::available() {
+        return;
+    }
+    let cdn = "cdn.example.";
+    let zone = format!(
+        "$ORIGIN {cdn}\n$TTL 60\n@ 3600 IN SOA ns hostmaster 1 3600 600 86400 60\n\
+         @ 3600 IN NS ns\nns IN A 127.0.0.1\nwww IN A 192.0.2.10\nwww IN AAAA 2001:db8::10\n\
+         edge IN CNAME www\n"
+    );
+    let knot = Knot::start(cdn, &zone).unwrap();
+    let resolver = Resolver::start(knot.addr, cdn).unwrap();
+    let apex = format!(
+        "name: {ORIGIN}\nrouting: priority\nttl: 300\nflatten: true\n\
+         endpoints:\n  - {{ name: cdn, target: edge.{cdn}, always_serve: true }}\n"
+    );
+    let flat = format!(
+        "name: flat\nrouting: priority\nendpoints:\n\
+         \x20 - {{ name: cdn, target: edge.{cdn}, flatten: true, always_serve: true }}\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &[("apex.yaml", &apex), ("flat.yaml", &flat)]);
+    let yaml = std::fs::read_to_string(dir.path().join("steerdns.yaml")).unwrap();
+    let keys = format!("flatten:\n  resolvers: [\"{}\"]\n", resolver.addr);
+    std::fs::write(dir.path().join("steerdns.yaml"), format!("{yaml}{keys}")).unwrap();
+    sign_config(dir.path());
+    let ksk = keygen(dir.path(), &["-a", ECDSA, "-f", "KSK"]);
+    let h = Harness::in_dir(dir).await;
+    // Wait for the first lookups (queries never wait for them).
+    let started = std::time::Instant::now();
+    for name in [ORIGIN.to_string(), fq("flat")] {
+        for qtype in [T_A, T_AAAA] {
+            while h.udp(&Q::new(&name, qtype)).await.addrs().is_empty() {
+                assert!(
+                    started.elapsed().as_secs() < 15,
+                    "{name} not resolved:\n{}",
+                    resolver.log()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let w = wire(&h.udp(&Q::new(ORIGIN, T_A).dnssec_ok()).await);
+    assert_eq!(rrsigs(&w.answers, T_A).len(), 1, "{w:?}");
+    let anchors = anchors(h.dir.path(), &key(&h, tag_of(&ksk)));
+    let cases = [
+        (ORIGIN.to_string(), "A"),
+        (ORIGIN.to_string(), "AAAA"),
+        (fq("flat"), "A"),
+        (fq("flat"), "AAAA"),
+        (ORIGIN.to_string(), "NS"),
+        (ORIGIN.to_string(), "SOA"),
+        (ORIGIN.to_string(), "TXT"),
+        (ORIGIN.to_string(), "MX"), // NODATA at the apex
+        (fq("flat"), "TXT"),        // NODATA at a flattened name
+    ];
+    for (name, qtype) in cases {
+        let out = delv(&h, &anchors, &name, qtype);
+        assert!(validated(&out), "{name} {qtype}:\n{out}");
+    }
+    let out = delv(&h, &anchors, ORIGIN, "A");
+    assert!(out.contains("192.0.2.10"), "the CDN's address:\n{out}");
+    h.stop().await;
+}

@@ -17,6 +17,7 @@ pub mod dnssec;
 mod dnstap;
 mod external;
 mod files;
+mod flatten;
 mod geographic;
 mod geoproximity;
 mod host;
@@ -58,6 +59,7 @@ use reuse::Reuse;
 
 use crate::geo::World;
 use crate::model::cluster::ClusterSettings;
+use crate::model::flat::{FlatRules, FlatTable, FlattenSettings};
 use crate::model::health::{HealthTable, Status};
 use crate::model::load::{LoadRules, LoadTable};
 use crate::model::snapshot::{
@@ -65,6 +67,8 @@ use crate::model::snapshot::{
 };
 use crate::model::zone::{Zone, next_serial};
 use crate::model::{Profile, Target};
+use crate::wire::name::WireName;
+use std::collections::HashMap;
 
 /// What a load produced: the snapshot to serve, what the next reload reuses, and the
 /// overrides it could not apply (the server logs them and rewrites the state file).
@@ -194,6 +198,8 @@ fn load_with(
     let server_name = cluster.as_ref().map_or_else(host::host_name, |c| c.node.clone());
     let notify_sink = &mut Sink { file: path, errors: &mut errors };
     let notify = notify::build(notify_sink, raw.notify.as_ref(), &base, &server_name).map(Arc::new);
+    let flatten =
+        flatten::build(&mut Sink { file: path, errors: &mut errors }, raw.flatten.as_ref());
     let from_etcd = cluster::profiles_from_etcd(&raw);
     let profiles_dir = match source {
         ProfileSource::Dir(dir) => Some(dir.to_path_buf()),
@@ -260,6 +266,10 @@ fn load_with(
     let (mut profiles, origin_doc) =
         profiles::build_all(&sources, prev, &zones, &world, &load_rules, &mut errors);
     attach_profiles(&sources, &origin_doc, &profiles, &mut zones, &mut errors);
+    if profiles.iter().flat_map(|p| &p.endpoints).any(|e| matches!(e.target, Target::Flat(_))) {
+        let sink = &mut Sink { file: path, errors: &mut errors };
+        flatten::check_resolvers(sink, raw.flatten.as_ref(), &flatten);
+    }
     let dropping = drop_aside(sources);
     if !errors.is_empty() {
         errors.sort_by(|a, b| {
@@ -284,6 +294,7 @@ fn load_with(
         rum,
         load_rules,
         notify,
+        flatten: Some(Arc::new(flatten)),
     };
     let snapshot = assemble(parts, profiles, previous);
     // Joined so that the memory is free (for `malloc_trim`) once the load returns.
@@ -315,6 +326,7 @@ pub fn rebuild(previous: Previous<'_>, overrides: &Overrides) -> Loaded {
         rum: prev.rum.clone(),
         load_rules: prev.load_rules.clone(),
         notify: prev.notify.clone(),
+        flatten: prev.flatten.clone(),
     };
     let snapshot = assemble(parts, profiles, Some(prev));
     let cache = ReloadCache { overrides: kept, ..previous.cache.clone() };
@@ -350,6 +362,8 @@ struct Parts {
     /// `None` when the profiles have no load feed (set by `assemble`).
     load_rules: Option<Arc<LoadRules>>,
     notify: Option<Arc<crate::model::notify::NotifySettings>>,
+    /// `None` when no endpoint is flattened (set by `assemble`).
+    flatten: Option<Arc<FlattenSettings>>,
 }
 
 /// The snapshot of validated `profiles` (overrides applied): what is derived from them,
@@ -367,9 +381,11 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
         rum,
         load_rules,
         notify,
+        flatten,
     } = parts;
     crate::model::profile::compute_families(&mut profiles);
     let health = Arc::new(HealthTable::new(assign_slots(&mut profiles)));
+    let flat_names = assign_flat_slots(&mut profiles);
     geographic::compile(&world, &mut profiles);
     set_serials(&mut zones, &profiles, previous);
     let mut snapshot = Snapshot::new(listen, zones, profiles, health, world);
@@ -389,7 +405,27 @@ fn assemble(parts: Parts, mut profiles: Vec<Profile>, previous: Option<&Snapshot
     let prev_load = previous.map(|p| (p.profiles.as_slice(), &*p.load));
     let slots = snapshot.health.len();
     snapshot.load = Arc::new(LoadTable::carried_over(slots, &snapshot.profiles, prev_load));
+    snapshot.flatten = flatten.filter(|_| !flat_names.is_empty());
+    let rules = snapshot.flatten.as_ref().map_or_else(FlatRules::default, |f| f.rules);
+    snapshot.flat = Arc::new(FlatTable::new(flat_names, rules, previous.map(|p| &*p.flat)));
     snapshot
+}
+
+/// Gives every flattened endpoint the slot of its host name (one per distinct name) and
+/// returns the names by slot.
+fn assign_flat_slots(profiles: &mut [Profile]) -> Vec<WireName> {
+    let mut names: Vec<WireName> = Vec::new();
+    let mut index: HashMap<WireName, usize> = HashMap::new();
+    for ep in profiles.iter_mut().flat_map(|p| p.endpoints.iter_mut()) {
+        ep.flat_slot = match &ep.target {
+            Target::Flat(name) => Some(*index.entry(name.clone()).or_insert_with(|| {
+                names.push(name.clone());
+                names.len() - 1
+            })),
+            _ => None,
+        };
+    }
+    names
 }
 
 /// The state file must not be read as a profile file, nor be written where operators
@@ -761,13 +797,24 @@ fn attach_profiles(
         let zone = &mut zones[p.zone];
         let nodes = Arc::make_mut(&mut zone.nodes);
         let node = nodes.entry(p.wire.clone()).or_default();
-        if !node.rrsets.is_empty() {
+        // The apex keeps its records (NS and the rest); the profile answers its addresses.
+        let at_apex = p.wire == zone.origin;
+        let clash = |t: crate::wire::Rtype| {
+            !at_apex
+                || matches!(
+                    t,
+                    crate::wire::Rtype::A | crate::wire::Rtype::AAAA | crate::wire::Rtype::CNAME
+                )
+        };
+        if let Some(set) = node.rrsets.iter().find(|s| clash(s.rtype)) {
+            let what =
+                if at_apex { format!("{} records", set.rtype) } else { "static records".into() };
             let src = &sources[origin_doc[id]];
             errors.push(ConfigError {
                 file: src.file.to_path_buf(),
                 pos: src.name_pos(),
                 message: format!(
-                    "{} has static records in the zone; a name is either a profile or records",
+                    "{} has {what} in the zone; a name is either a profile or records",
                     p.name
                 ),
             });
@@ -775,6 +822,37 @@ fn attach_profiles(
         node.profile = Some(id);
         for anc in p.wire.ancestors_below(&zone.origin) {
             nodes.entry(anc).or_default();
+        }
+    }
+    check_apex_cnames(sources, origin_doc, profiles, zones, errors);
+}
+
+/// A profile at a zone apex must not answer with a CNAME through a nested profile either
+/// (its own host names are checked where they are written).
+fn check_apex_cnames(
+    sources: &[files::Source],
+    origin_doc: &[usize],
+    profiles: &[Profile],
+    zones: &[Zone],
+    errors: &mut Vec<ConfigError>,
+) {
+    let at_apex = |p: &Profile| zones.get(p.zone).is_some_and(|z| z.origin == p.wire);
+    if !profiles.iter().any(at_apex) {
+        return;
+    }
+    let families = crate::model::profile::all_families(profiles);
+    for (id, p) in profiles.iter().enumerate() {
+        let nests = p.endpoints.iter().any(|e| matches!(e.target, Target::Nested(_)));
+        if at_apex(p) && nests && families[id].host {
+            let src = &sources[origin_doc[id]];
+            errors.push(ConfigError {
+                file: src.file.to_path_buf(),
+                pos: src.name_pos(),
+                message: format!(
+                    "{} is a zone apex, which cannot be a CNAME, but a nested profile answers with a host name: flatten it there",
+                    p.name
+                ),
+            });
         }
     }
 }

@@ -76,11 +76,8 @@ fn resolve_name(
         .filter(|(_, z)| wire.is_within(&z.origin))
         .max_by_key(|(_, z)| z.origin.as_bytes().len());
     match zone {
-        Some((i, z)) if wire != z.origin => Some(Named { wire, zone: i }),
-        Some(_) => {
-            sink.on(v, format!("{wire} is a zone apex; a profile needs a name below it"));
-            None
-        }
+        // A profile at the apex answers A and AAAA beside the apex's own records.
+        Some((i, _)) => Some(Named { wire, zone: i }),
         None => {
             sink.on(v, format!("{wire} is outside every zone"));
             None
@@ -130,8 +127,19 @@ impl Context<'_> {
         match &src.doc {
             Doc::Raw(raw) => {
                 let sole_origin = self.sole_origin;
-                Builder { sink: &mut sink, zones, sole_origin, ids, world, load_rules }
-                    .profile(raw, n)
+                let apex = zones.get(n.zone).is_some_and(|z| z.origin == n.wire);
+                let flatten = None;
+                Builder {
+                    sink: &mut sink,
+                    zones,
+                    sole_origin,
+                    ids,
+                    world,
+                    load_rules,
+                    apex,
+                    flatten,
+                }
+                .profile(raw, n)
             }
             Doc::Reused(old) => reuse::take_over(self.prev, *old, ids).unwrap_or_else(|e| {
                 sink.at(Pos::default(), e);
@@ -240,10 +248,15 @@ pub(super) struct Builder<'s, 'f> {
     pub(super) world: &'s World,
     /// The top-level `load:` rules: an endpoint's watermarks default to theirs.
     pub(super) load_rules: &'s LoadRules,
+    /// The profile is at its zone's apex, which cannot be a CNAME.
+    pub(super) apex: bool,
+    /// The profile's `flatten:`, set by `profile` for its endpoints.
+    pub(super) flatten: Option<&'s Loc<bool>>,
 }
 
-impl Builder<'_, '_> {
-    fn profile(&mut self, raw: &RawProfile, n: &Named) -> Profile {
+impl<'s> Builder<'s, '_> {
+    fn profile(&mut self, raw: &'s RawProfile, n: &Named) -> Profile {
+        self.flatten = raw.flatten.as_deref();
         let method = self.method(&raw.routing);
         let sticky = raw.sticky.as_ref().is_some_and(|s| s.value);
         if let (Some(s), Some(m)) = (&raw.sticky, method)
@@ -358,6 +371,7 @@ impl Builder<'_, '_> {
             self.sink.on(&e.name, format!("endpoint name {name:?} must match [a-z0-9_-]+"));
         }
         let target = self.target(ep);
+        let target = self.flattened(ep, target);
         let nested = matches!(target, Target::Nested(_));
         let always_serve = e.always_serve.as_deref().is_some_and(|a| a.value);
         if nested {
@@ -408,7 +422,34 @@ impl Builder<'_, '_> {
             health_slot: None,
             monitors: if always_serve { Vec::new() } else { monitors },
             monitor_rule,
+            flat_slot: None,
             load: load.map(Box::new),
+        }
+    }
+
+    /// A host-name target as `flatten:` says (the endpoint's, else the profile's); at a
+    /// zone apex a host name must be flattened.
+    fn flattened(&mut self, ep: &Loc<RawEndpoint>, target: Target) -> Target {
+        let own = ep.value.flatten.as_deref();
+        let flatten = own.or(self.flatten).is_some_and(|f| f.value);
+        match target {
+            Target::Host(name) if flatten => Target::Flat(name),
+            Target::Host(name) => {
+                if self.apex {
+                    let at = ep.value.target.as_deref().map_or(Pos::of(ep), Pos::of);
+                    self.sink.at(
+                        at,
+                        format!("{name} is a host name at the zone apex, which cannot be a CNAME: flatten it (flatten: true)"),
+                    );
+                }
+                Target::Host(name)
+            }
+            other => {
+                if let Some(f) = own.filter(|f| f.value) {
+                    self.sink.on(f, "flatten applies to host-name targets only");
+                }
+                other
+            }
         }
     }
 

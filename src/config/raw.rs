@@ -62,6 +62,10 @@ pub struct RawServer {
     /// Load feedback: the rules that turn endpoints' loads into shares of their traffic
     /// (docs/load.md). Applies to endpoints with a `load:` of their own.
     pub load: Option<Loc<RawLoad>>,
+    /// How flattened host names (`flatten: true` on a profile or an endpoint) are
+    /// resolved, and how long their addresses are served (docs/routing.md, "Flattening and
+    /// the zone apex").
+    pub flatten: Option<Loc<RawFlatten>>,
     /// Notifications of endpoint and profile status changes (docs/notifications.md).
     pub notify: Option<Loc<RawNotify>>,
 }
@@ -105,6 +109,31 @@ pub struct RawWebhook {
     /// Attempts after the first when the receiver cannot be reached or answers other than
     /// 2xx, after 1s, 2s, 4s... (at most 60s) apart: 0..20 (default 5).
     pub retries: Option<Loc<Int>>,
+}
+
+/// `flatten:`: the resolvers of flattened host names and the serve-stale rules (every key
+/// optional).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Flatten")]
+pub struct RawFlatten {
+    /// Recursive resolvers, `address` or `address:port` (`[v6]:port`), 1 to 8, tried in
+    /// turn (default the `nameserver` lines of /etc/resolv.conf).
+    pub resolvers: Option<Loc<Vec<Loc<String>>>>,
+    /// How long one resolver may take to answer one lookup: 100ms..30s (default 2s).
+    #[schemars(with = "Option<DurationText>")]
+    pub timeout: Option<Loc<String>>,
+    /// How long addresses are served past their records' expiry while the name does not
+    /// resolve (RFC 8767): 0s..7d (default 1d).
+    #[schemars(with = "Option<DurationText>")]
+    pub stale_for: Option<Loc<String>>,
+    /// TTL of a stale answer, 1..3600 (default 30).
+    pub stale_ttl: Option<Loc<Int>>,
+    /// Only answers the resolver validated (AD set) count; others are failures (default
+    /// false).
+    pub require_ad: Option<Loc<bool>>,
+    /// Lookups running at once: 1..256 (default 16).
+    pub max_in_flight: Option<Loc<Int>>,
 }
 
 /// `load:`: the control rules of load feedback (every key optional).
@@ -643,6 +672,9 @@ pub struct RawProfile {
     pub endpoints: Option<Box<Loc<Vec<Loc<RawEndpoint>>>>>,
     /// groups: the endpoint groups, instead of `endpoints`.
     pub groups: Option<Box<Loc<Vec<Loc<RawGroup>>>>>,
+    /// Every host-name endpoint answers with its host name's addresses instead of a CNAME
+    /// (default false); needed for host-name endpoints at a zone apex.
+    pub flatten: Option<Box<Loc<bool>>>,
 }
 
 /// A health monitor. An endpoint's keys are merged over the profile's, key by key.
@@ -771,6 +803,9 @@ pub struct RawEndpoint {
     /// Where the endpoint's load is read, and what it can take (docs/load.md); not on
     /// nested endpoints.
     pub load: Option<Box<Loc<RawEndpointLoad>>>,
+    /// A host-name target answers with the name's addresses, resolved in the background,
+    /// instead of a CNAME (default: the profile's `flatten`).
+    pub flatten: Option<Box<Loc<bool>>>,
     /// Nested: the child counts online with at least this many online endpoints, 1..1000
     /// (default 1).
     pub min_child_endpoints: Option<Box<Loc<Int>>>,

@@ -9,6 +9,7 @@ pub mod counters;
 pub mod dnssec;
 pub mod events;
 pub mod external;
+pub mod flat;
 pub mod health;
 pub mod health_file;
 pub mod load;

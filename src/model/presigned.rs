@@ -140,6 +140,8 @@ fn leaves_of(
             Target::V4(a) => out.push((Rtype::A, a.octets().to_vec())),
             Target::V6(a) => out.push((Rtype::AAAA, a.octets().to_vec())),
             Target::Host(n) => out.push((Rtype::CNAME, n.as_bytes().to_vec())),
+            // Its addresses change as they are resolved: signed when answered.
+            Target::Flat(_) => {}
             Target::Nested(n) => {
                 if let Some(child) = profiles.get(n.child) {
                     leaves_of(profiles, child, out, depth + 1);

@@ -174,6 +174,9 @@ pub enum Target {
     V6(Ipv6Addr),
     /// A host name, answered as a CNAME.
     Host(WireName),
+    /// A host name answered with its addresses, as a resolver last gave them
+    /// (`flatten: true`; `model::flat`).
+    Flat(WireName),
     /// Another profile, resolved recursively for the same query.
     Nested(Nested),
 }
@@ -186,6 +189,7 @@ impl Target {
             Target::V4(_) => Families { v4: true, ..Families::default() },
             Target::V6(_) => Families { v6: true, ..Families::default() },
             Target::Host(_) => Families { host: true, ..Families::default() },
+            Target::Flat(_) => Families { v4: true, v6: true, host: false },
             Target::Nested(_) => Families::default(),
         }
     }
@@ -338,6 +342,8 @@ pub struct Endpoint {
     /// Slot in the health table; `None` for nested endpoints, whose status comes from their
     /// child profile.
     pub health_slot: Option<usize>,
+    /// Slot in the snapshot's flat table (`model::flat`) for a `Target::Flat`.
+    pub flat_slot: Option<usize>,
     /// The monitors deciding the status, in configuration order; empty for nested and
     /// `always_serve` endpoints, which are never probed.
     pub monitors: Vec<Monitor>,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::cluster::ClusterSettings;
 use super::counters::QueryCounters;
+use super::flat::{FlatTable, FlattenSettings};
 use super::health::HealthTable;
 use super::load::{LoadRules, LoadTable};
 use super::presigned::Presigned;
@@ -213,6 +214,10 @@ pub struct Snapshot {
     pub notify: Option<Arc<crate::model::notify::NotifySettings>>,
     /// Each endpoint's effective share, by health slot (full without load feedback).
     pub load: Arc<LoadTable>,
+    /// `flatten:`, when some endpoint is flattened: how its host name is resolved.
+    pub flatten: Option<Arc<FlattenSettings>>,
+    /// The addresses of every flattened host name, by `Endpoint::flat_slot`.
+    pub flat: Arc<FlatTable>,
 }
 
 impl Snapshot {
@@ -251,6 +256,8 @@ impl Snapshot {
             load_rules: None,
             notify: None,
             load,
+            flatten: None,
+            flat: Arc::default(),
         }
     }
 
@@ -339,6 +346,8 @@ impl Snapshot {
             load_rules: self.load_rules.clone(),
             notify: self.notify.clone(),
             load: self.load.clone(),
+            flatten: self.flatten.clone(),
+            flat: self.flat.clone(),
         }
     }
 }

@@ -186,7 +186,9 @@ fn leaf_target(target: &Target) -> Option<ProbeTarget> {
     match target {
         Target::V4(ip) => Some(ProbeTarget::Ip(IpAddr::V4(*ip))),
         Target::V6(ip) => Some(ProbeTarget::Ip(IpAddr::V6(*ip))),
-        Target::Host(name) => Some(ProbeTarget::Host(name.clone())),
+        // A flattened host name is probed by name, as a CNAME target is: the probe resolves
+        // it itself.
+        Target::Host(name) | Target::Flat(name) => Some(ProbeTarget::Host(name.clone())),
         Target::Nested(_) => None,
     }
 }
@@ -196,7 +198,7 @@ fn same_target(probe: &ProbeTarget, t: &Target) -> bool {
     match (probe, t) {
         (ProbeTarget::Ip(IpAddr::V4(a)), Target::V4(b)) => a == b,
         (ProbeTarget::Ip(IpAddr::V6(a)), Target::V6(b)) => a == b,
-        (ProbeTarget::Host(a), Target::Host(b)) => a == b,
+        (ProbeTarget::Host(a), Target::Host(b) | Target::Flat(b)) => a == b,
         _ => false,
     }
 }

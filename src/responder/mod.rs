@@ -11,6 +11,7 @@ use arrayvec::ArrayVec;
 use rand::Rng;
 
 use crate::geo::rum::MeasuredLatency;
+use crate::model::flat::{self, Family, Freshness, Lookup, MAX_FLAT_ADDRESSES};
 use crate::model::health::HealthView;
 use crate::model::signing::{self, Rrset};
 use crate::model::snapshot::Snapshot;
@@ -107,6 +108,7 @@ pub fn respond<R: Rng + ?Sized>(
             ctx.trace = trace;
             ctx.measured = packet.measured;
             ctx.load = snap.load_table();
+            ctx.flat = Some(&snap.flat);
             // The cookie of the reply: every reply to a query with a COOKIE option has one,
             // a truncated one too.
             let cookie = req.edns.and_then(|e| e.cookie).and_then(|at| at.read(packet.bytes));
@@ -280,7 +282,11 @@ fn answer<R: Rng + ?Sized>(
         reply.finish(&mut w, 0, 0);
         return Ok(Written { signed, ..Written::default() });
     }
-    if let Some(pid) = node.profile {
+    // A profile at the apex answers A and AAAA; the apex's own records answer the rest.
+    let at_apex = origin_at == 0;
+    if let Some(pid) = node.profile
+        && (!at_apex || snap.profiles[pid].enabled && matches!(req.qtype, Rtype::A | Rtype::AAAA))
+    {
         chain.outcome.profile = Some(pid);
         let profile = &snap.profiles[pid];
         if !profile.enabled {
@@ -297,7 +303,11 @@ fn answer<R: Rng + ?Sized>(
             Link::To(target, scope) => scope.max(chain.follow(&mut w, target, req.qtype)?),
             Link::End(scope) => scope,
             Link::NoData(scope) => {
-                let types = signed::profile_types(profile, req.qtype);
+                let mut types: ArrayVec<Rtype, 24> =
+                    signed::profile_types(profile, req.qtype).into_iter().collect();
+                if at_apex {
+                    types.extend(signed::node_types(zone, node, true, now));
+                }
                 nodata(&mut w, apex, zone, sign, owner, req.qname, &types)?;
                 scope
             }
@@ -356,6 +366,55 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
             _ => Asked::Other,
         };
         Ok(match routing::route_name(self.ctx, pid, asked, self.client, self.rng) {
+            // Flattened: one endpoint (methods returning several take addresses only).
+            Decision::Answer { ref endpoints, scope }
+                if let [ep] = endpoints.as_slice()
+                    && let Target::Flat(host) = &ep.target =>
+            {
+                if let Some(slot) = ep.health_slot {
+                    let _ = self.outcome.endpoints.try_push(slot);
+                }
+                let family = match qtype {
+                    Rtype::A => Family::V4,
+                    Rtype::AAAA => Family::V6,
+                    _ => return Ok(Link::NoData(scope)),
+                };
+                let Some(slot) = ep.flat_slot.and_then(|s| self.snap.flat.slots.get(s)) else {
+                    return Ok(Link::NoData(scope));
+                };
+                let lookup = slot.lookup(family);
+                let Some(lookup) = &*lookup else {
+                    self.ctx
+                        .note(|| format!("{host} has no {} lookup yet: NODATA", family.as_str()));
+                    return Ok(Link::NoData(scope));
+                };
+                let freshness = lookup.freshness(self.now, profile.ttl, self.snap.flat.rules);
+                if self.ctx.trace.is_some() {
+                    self.ctx.note(|| {
+                        flat::describe(&ep.name, host, family, lookup, self.now, freshness)
+                    });
+                } else if let Freshness::Stale { .. } = freshness {
+                    slot.stale_answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                match freshness.ttl() {
+                    Some(ttl) if !lookup.addresses.is_empty() => {
+                        let zone = &self.snap.zones[profile.zone];
+                        flat_records(
+                            w,
+                            owner,
+                            name,
+                            zone,
+                            lookup,
+                            family,
+                            ttl,
+                            profile.ttl,
+                            self.sign,
+                        )?;
+                        Link::End(scope)
+                    }
+                    _ => Link::NoData(scope),
+                }
+            }
             Decision::Answer { endpoints, scope } => {
                 for ep in &endpoints {
                     endpoint_record(w, owner, &ep.target, profile.ttl);
@@ -425,6 +484,51 @@ impl<'a, R: Rng + ?Sized> Chain<'a, '_, R> {
     }
 }
 
+/// The addresses of a flattened name's lookup at `owner` (the name `name`) with `ttl`, and
+/// their RRSIGs when signing. The signatures name the profile's TTL as the original one,
+/// so that one signature serves the whole countdown (RFC 4034 §3.1.4 allows the TTL
+/// written to be lower).
+#[allow(clippy::too_many_arguments)]
+fn flat_records(
+    w: &mut Writer<'_>,
+    owner: Owner<'_>,
+    name: &[u8],
+    zone: &Zone,
+    lookup: &Lookup,
+    family: Family,
+    ttl: u32,
+    original_ttl: u32,
+    sign: Option<&Sign<'_>>,
+) -> Result<(), OverBudget> {
+    let mut rdata: ArrayVec<[u8; 16], MAX_FLAT_ADDRESSES> = ArrayVec::new();
+    let len = match family {
+        Family::V4 => 4,
+        Family::V6 => 16,
+    };
+    for addr in &lookup.addresses {
+        let mut bytes = [0u8; 16];
+        match (addr, family) {
+            (IpAddr::V4(a), Family::V4) => bytes[..4].copy_from_slice(&a.octets()),
+            (IpAddr::V6(a), Family::V6) => bytes.copy_from_slice(&a.octets()),
+            _ => continue,
+        }
+        rdata.push(bytes);
+    }
+    let rtype = match family {
+        Family::V4 => Rtype::A,
+        Family::V6 => Rtype::AAAA,
+    };
+    for rd in &rdata {
+        w.record(Section::Answer, owner, rtype, ttl, &rd[..len]);
+    }
+    if let Some(sign) = sign {
+        let set =
+            Rrset { owner: name, rtype, ttl: original_ttl, rdata: rdata.iter().map(|r| &r[..len]) };
+        sign.rrsigs(w, Section::Answer, owner, zone, set, ttl)?;
+    }
+    Ok(())
+}
+
 /// The RRSIGs of the endpoint records just written at `owner`: one RRset per type.
 fn sign_endpoints(
     sign: &Sign<'_>,
@@ -446,7 +550,7 @@ fn sign_endpoints(
                 let set = Rrset { owner: name, rtype: Rtype::CNAME, ttl, rdata };
                 sign.rrsigs(w, Section::Answer, owner, zone, set, ttl)?;
             }
-            Target::Nested(_) => {}
+            Target::Nested(_) | Target::Flat(_) => {}
         }
     }
     if !v4.is_empty() {
@@ -505,6 +609,8 @@ fn endpoint_record(w: &mut Writer<'_>, owner: Owner<'_>, target: &Target, ttl: u
         Target::V6(a) => w.record(Section::Answer, owner, Rtype::AAAA, ttl, &a.octets()),
         Target::Host(n) => w.record(Section::Answer, owner, Rtype::CNAME, ttl, n.as_bytes()),
         Target::Nested(_) => unreachable!("routing resolves nested endpoints"),
+        // Written by `flat_records`, with the addresses resolved for it.
+        Target::Flat(_) => {}
     }
 }
 
@@ -615,7 +721,12 @@ fn static_answer<'a, R: Rng + ?Sized>(
                 0
             }
             Link::NoData(_) => {
-                let types = signed::node_types(zone, node, is_apex, chain.now);
+                let mut types: ArrayVec<Rtype, 24> =
+                    signed::node_types(zone, node, is_apex, chain.now).into_iter().collect();
+                // A profile at the apex: its address types exist too.
+                if let Some(pid) = node.profile {
+                    types.extend(signed::profile_types(&chain.snap.profiles[pid], qtype));
+                }
                 nodata(&mut w, apex, zone, sign, owner, req.qname, &types)?;
                 0
             }

@@ -178,7 +178,7 @@ fn nodata<H: HealthView + ?Sized>(
     status: Status,
     want: Want,
 ) -> bool {
-    status == Status::Stopped || !ep.can_answer(want, ctx.profiles)
+    status == Status::Stopped || !ctx.can_answer(ep, want)
 }
 
 #[cfg(test)]

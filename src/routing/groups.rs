@@ -109,7 +109,7 @@ fn serving_in<H: HealthView + ?Sized>(
         g.endpoints
             .clone()
             .map(|index| (index, &profile.endpoints[index]))
-            .filter(|(_, ep)| ep.enabled && ep.weight > 0 && ep.can_answer(q.want, ctx.profiles))
+            .filter(|(_, ep)| ep.enabled && ep.weight > 0 && ctx.can_answer(ep, q.want))
             .map(|(index, ep)| Candidate { index, status: endpoint_status(ctx, ep) })
             .filter(|c| c.status.is_serving()),
     );
@@ -143,7 +143,7 @@ fn fail_open<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
             .clone()
             .filter(|&i| {
                 let ep = &profile.endpoints[i];
-                ep.enabled && ep.can_answer(q.want, ctx.profiles)
+                ep.enabled && ctx.can_answer(ep, q.want)
             })
             .map(|index| Candidate {
                 index,

@@ -29,6 +29,7 @@ use rand::Rng;
 
 use crate::geo::World;
 use crate::geo::rum::MeasuredLatency;
+use crate::model::flat::{Family, FlatTable};
 use crate::model::health::{HealthTable, HealthView, Status};
 use crate::model::load::{EndpointLoad, LoadTable};
 use crate::model::{Endpoint, Profile, ProfileId, Rules, Snapshot, Target, Want};
@@ -52,11 +53,39 @@ pub struct Ctx<'a, H: HealthView + ?Sized> {
     /// The endpoints' load shares, when any endpoint has a load feed (`load`); `None`
     /// costs the query path one branch.
     pub load: Option<&'a LoadTable>,
+    /// The addresses of flattened host names; `None`: a flattened endpoint answers as if
+    /// resolved (tests of the methods alone).
+    pub flat: Option<&'a FlatTable>,
 }
 
 impl<'a, H: HealthView + ?Sized> Ctx<'a, H> {
     pub fn new(profiles: &'a [Arc<Profile>], health: &'a H, world: &'a World) -> Self {
-        Ctx { profiles, health, world, trace: None, measured: None, load: None }
+        Ctx { profiles, health, world, trace: None, measured: None, load: None, flat: None }
+    }
+
+    /// Whether `ep` can answer `want`: by what it is, and for a flattened host name by
+    /// whether the background resolver holds addresses of that family to serve (fresh, or
+    /// stale within the bound). One atomic load; no clock.
+    #[inline]
+    pub fn can_answer(&self, ep: &Endpoint, want: Want) -> bool {
+        ep.can_answer(want, self.profiles) && self.flat_serves(ep, want)
+    }
+
+    /// For a flattened endpoint: whether it has addresses to serve for `want`; true for
+    /// every other endpoint.
+    #[inline]
+    pub fn flat_serves(&self, ep: &Endpoint, want: Want) -> bool {
+        let (Target::Flat(_), Some(slot), Some(table)) = (&ep.target, ep.flat_slot, self.flat)
+        else {
+            return true;
+        };
+        let Some(slot) = table.slots.get(slot) else { return false };
+        match want {
+            Want::A | Want::V4Address => slot.usable(Family::V4),
+            Want::Aaaa | Want::V6Address => slot.usable(Family::V6),
+            Want::Cname => false,
+            Want::Any => slot.any_usable(),
+        }
     }
 
     /// Records one line of the decision trace (only when tracing).
@@ -104,6 +133,7 @@ impl<'a> Ctx<'a, HealthTable> {
     pub fn of(snap: &'a Snapshot) -> Self {
         let mut ctx = Ctx::new(&snap.profiles, &*snap.health, &snap.world);
         ctx.load = snap.load_table();
+        ctx.flat = Some(&snap.flat);
         ctx
     }
 }
@@ -296,6 +326,16 @@ pub fn eligible<H: HealthView + ?Sized>(
     let mut list = Candidates::take();
     for (index, ep) in profile.endpoints.iter().enumerate() {
         if ep.enabled && ep.can_answer(want, ctx.profiles) {
+            if !ctx.flat_serves(ep, want) {
+                ctx.note(|| {
+                    format!(
+                        "endpoint {} has no {} addresses to serve yet or any more: skipped",
+                        ep.name,
+                        asked(want)
+                    )
+                });
+                continue;
+            }
             list.push(Candidate { index, status: status::endpoint_status(ctx, ep) });
         }
     }

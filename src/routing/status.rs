@@ -30,6 +30,8 @@ fn monitored_status<H: HealthView + ?Sized>(ctx: Ctx<'_, H>, ep: &Endpoint) -> S
     // writes them), so one lookup serves every leaf and `explain --down` can override any.
     match &ep.target {
         Target::Nested(n) => child_status(ctx, n),
+        // Addresses past the stale bound, or never resolved: not serving, whatever probes say.
+        Target::Flat(_) if !ctx.flat_serves(ep, crate::model::Want::Any) => Status::Degraded,
         _ => ep.health_slot.map_or(Status::Degraded, |slot| ctx.health.status(slot)),
     }
 }

@@ -25,7 +25,7 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     let scope = hit.scope;
     let answer = |i: usize| {
         let ep = &profile.endpoints[i];
-        if ep.can_answer(q.want, ctx.profiles) {
+        if ctx.can_answer(ep, q.want) {
             Pick::One { index: i, scope }
         } else {
             Pick::NoData { scope }

@@ -92,6 +92,7 @@ impl Lab {
             health_slot: (!nested).then_some(self.slots),
             monitors: Vec::new(),
             monitor_rule: Default::default(),
+            flat_slot: None,
             load: None,
         });
         if !nested {

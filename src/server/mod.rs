@@ -199,6 +199,9 @@ impl Server {
         server.tasks.spawn(async move {
             let _ = task.await;
         });
+        // Idles until some endpoint is flattened.
+        let (shared, cancel) = (server.control.shared.clone(), server.cancel.clone());
+        server.tasks.spawn(crate::probe::flatten::run(shared, cancel));
         // Idles until some endpoint has a `load:`.
         server.tasks.spawn(load::run::run(server.control.clone(), server.cancel.clone()));
         if let Some(session) = session {

@@ -12,6 +12,7 @@ pub mod dns;
 pub mod etcd;
 pub mod fixtures;
 pub mod http;
+pub mod knot;
 pub mod named;
 pub mod prometheus;
 pub mod replicas;
@@ -23,6 +24,6 @@ pub mod tools;
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]
 pub use self::{
-    browser::*, config_errors::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, named::*,
-    prometheus::*, replicas::*, reply::*, resolver::*, server::*, tools::*,
+    browser::*, config_errors::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, knot::*,
+    named::*, prometheus::*, replicas::*, reply::*, resolver::*, server::*, tools::*,
 };

@@ -84,6 +84,14 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_notify_dropped",
         "Status change notifications dropped from a full webhook queue, by webhook",
     ),
+    (
+        "steerdns_flatten_lookups",
+        "Lookups of flattened host names at the resolvers, by name and result (ok, failed)",
+    ),
+    (
+        "steerdns_flatten_stale_answers",
+        "Answers that carried a flattened name's addresses past their records' expiry",
+    ),
     ("steerdns_dnstap_sent", "dnstap messages written to the query log's file or socket"),
     (
         "steerdns_dnstap_dropped",
@@ -165,6 +173,16 @@ pub fn render(control: &Control) -> String {
         let labels = vec![("profile", profile), ("endpoint", endpoint), ("reason", reason.into())];
         counters.insert(Series::new("steerdns_load_feed_errors", labels), n);
     }
+    for slot in &snap.flat.slots {
+        let name = slot.name.to_string();
+        for (result, n) in [("ok", &slot.lookups_ok), ("failed", &slot.lookups_failed)] {
+            let labels = vec![("name", name.clone()), ("result", result.into())];
+            counters
+                .insert(Series::new("steerdns_flatten_lookups", labels), n.load(Ordering::Relaxed));
+        }
+        let stale = slot.stale_answers.load(Ordering::Relaxed);
+        counters.insert(Series::new("steerdns_flatten_stale_answers", vec![("name", name)]), stale);
+    }
     let mut gauges = vec![
         Gauge {
             name: "steerdns_config_generation",
@@ -217,6 +235,7 @@ pub fn render(control: &Control) -> String {
             value: rum.counts.networks.load(Ordering::Relaxed) as f64,
         });
     }
+    gauges.extend(flat_gauges(&snap));
     gauges.extend(endpoint_status_gauges(&snap));
     gauges.extend(override_gauges(&snap));
     gauges.extend(load_gauges(&snap, &control.load.current()));
@@ -227,6 +246,23 @@ pub fn render(control: &Control) -> String {
     let mut out = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
         .expect("writing to a String cannot fail");
+    out
+}
+
+/// Per flattened name and family: 1 while it has addresses to serve (fresh or stale).
+fn flat_gauges(snap: &Snapshot) -> Vec<Gauge> {
+    use crate::model::flat::Family;
+    let mut out = Vec::new();
+    for slot in &snap.flat.slots {
+        for family in [Family::V4, Family::V6] {
+            out.push(Gauge {
+                name: "steerdns_flatten_usable",
+                help: "1 while a flattened name has addresses of the family to serve, else 0",
+                labels: vec![("name", slot.name.to_string()), ("family", family.as_str().into())],
+                value: if slot.usable(family) { 1.0 } else { 0.0 },
+            });
+        }
+    }
     out
 }
 

@@ -463,6 +463,7 @@ fn target_text(snap: &Snapshot, t: &Target) -> String {
         Target::V4(a) => a.to_string(),
         Target::V6(a) => a.to_string(),
         Target::Host(n) => n.to_string(),
+        Target::Flat(n) => format!("{n} (flattened)"),
         Target::Nested(n) => format!("profile {}", snap.profiles[n.child].name),
     }
 }
