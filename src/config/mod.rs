@@ -25,6 +25,7 @@ mod monitor;
 pub mod overrides;
 mod par;
 mod probe;
+mod probe_params;
 mod profiles;
 mod rate_limit;
 pub mod raw;

@@ -9,7 +9,7 @@ use crate::diag::{Pos, Sink};
 use crate::model::{Monitor, Protocol};
 
 /// The effective value of one field: the endpoint's when set, else the profile's.
-fn pick<'a, T>(
+pub(super) fn pick<'a, T>(
     ep: Option<&'a RawMonitor>,
     pr: Option<&'a RawMonitor>,
     f: impl Fn(&'a RawMonitor) -> Option<&'a T>,
@@ -28,8 +28,8 @@ pub fn resolve(
     let protocol = protocol(sink, pick(endpoint, profile, |m| m.protocol.as_deref()))?;
     let port = port(sink, pick(endpoint, profile, |m| m.port.as_deref()), protocol, at);
     let path = pick(endpoint, profile, |m| m.path.as_deref());
-    if let (Protocol::Tcp, Some(p)) = (protocol, path) {
-        sink.on(p, "path is not allowed on a tcp monitor");
+    if let (Some(p), false) = (path, matches!(protocol, Protocol::Http | Protocol::Https)) {
+        sink.on(p, format!("path is not allowed on a {} monitor", protocol_text(protocol)));
     }
     let path = path.map_or_else(|| "/".to_string(), |p| p.value.clone());
     if !path.starts_with('/') {
@@ -40,6 +40,7 @@ pub fn resolve(
         .map_or(Some(3), |v| int_in(sink, v, 0, 9, "tolerated_failures"));
     let expected = expected_status(sink, pick(endpoint, profile, |m| m.expected_status.as_deref()));
     let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_deref()));
+    let params = super::probe_params::resolve(sink, endpoint, profile, protocol, at);
     let monitor = Monitor {
         protocol,
         port: port?,
@@ -52,6 +53,7 @@ pub fn resolve(
         body_contains: pick(endpoint, profile, |m| m.body_contains.as_deref())
             .map(|b| b.value.clone()),
         tls_verify: pick(endpoint, profile, |m| m.tls_verify.as_deref()).is_some_and(|b| b.value),
+        params,
     };
     (sink.errors.len() == before).then_some(monitor)
 }
@@ -61,8 +63,14 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
         None | Some("http") => Some(Protocol::Http),
         Some("https") => Some(Protocol::Https),
         Some("tcp") => Some(Protocol::Tcp),
+        Some("dns") => Some(Protocol::Dns),
+        Some("udp") => Some(Protocol::Udp),
+        Some("icmp") => Some(Protocol::Icmp),
         Some(other) => {
-            sink.on(v?, format!("protocol must be http, https or tcp, got {other:?}"));
+            sink.on(
+                v?,
+                format!("protocol must be http, https, tcp, dns, udp or icmp, got {other:?}"),
+            );
             None
         }
     }
@@ -70,13 +78,31 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
 
 fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
     match (v, protocol) {
+        (Some(v), Protocol::Icmp) => {
+            sink.on(v, "port is not allowed on an icmp monitor");
+            None
+        }
         (Some(v), _) => int_in(sink, v, 1, 65535, "port"),
         (None, Protocol::Http) => Some(80),
         (None, Protocol::Https) => Some(443),
-        (None, Protocol::Tcp) => {
-            sink.at(at, "a tcp monitor needs a port");
+        (None, Protocol::Dns) => Some(53),
+        (None, Protocol::Tcp | Protocol::Udp) => {
+            sink.at(at, format!("a {} monitor needs a port", protocol_text(protocol)));
             None
         }
+        // Echoes have no port; 0 keeps the probe key's field meaningless but equal.
+        (None, Protocol::Icmp) => Some(0),
+    }
+}
+
+fn protocol_text(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Http => "http",
+        Protocol::Https => "https",
+        Protocol::Tcp => "tcp",
+        Protocol::Dns => "dns",
+        Protocol::Udp => "udp",
+        Protocol::Icmp => "icmp",
     }
 }
 

@@ -624,6 +624,28 @@ pub struct RawMonitor {
     pub body_contains: Option<Box<Loc<String>>>,
     /// https: validate the certificate (default false).
     pub tls_verify: Option<Box<Loc<bool>>>,
+    /// dns: the name asked (required on dns monitors).
+    pub query_name: Option<Box<Loc<String>>>,
+    /// dns: the query type, a mnemonic such as A, AAAA, TXT, SOA (default A).
+    pub query_type: Option<Box<Loc<String>>>,
+    /// dns: the RCODE the answer must have, a name (NOERROR, NXDOMAIN, ...) or a number
+    /// 0..4095 (default NOERROR).
+    pub expected_rcode: Option<Box<Loc<StatusSpec>>>,
+    /// dns: an address equal to an A or AAAA answer, or text found in the presentation
+    /// form of an answer's RDATA.
+    pub answer_contains: Option<Box<Loc<String>>>,
+    /// udp: the datagram sent, text with escapes (`\n`, `\r`, `\t`, `\0`, `\\`, `\xHH`), at most
+    /// 512 bytes (required on udp monitors).
+    pub send: Option<Box<Loc<String>>>,
+    /// udp: bytes the reply must contain, written like `send` (default: any reply).
+    pub expect: Option<Box<Loc<String>>>,
+    /// icmp: echo requests per check, 1..10 (default 3).
+    pub count: Option<Box<Loc<Int>>>,
+    /// icmp: the most echoes that may go unanswered, a percentage 0..99 (default 67).
+    pub max_loss: Option<Box<Loc<Int>>>,
+    /// icmp: the longest round trip accepted (default: no limit but the timeout).
+    #[schemars(with = "Option<DurationText>")]
+    pub max_rtt: Option<Box<Loc<String>>>,
 }
 
 /// `expected_status` entries may be written as numbers (`200`) or strings (`"200-299"`).

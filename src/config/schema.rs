@@ -269,7 +269,7 @@ impl JsonSchema for RoutingMethod {
     }
 }
 
-const PROTOCOLS: [&str; 3] = ["http", "https", "tcp"];
+const PROTOCOLS: [&str; 6] = ["http", "https", "tcp", "dns", "udp", "icmp"];
 
 /// `str::trim`, then `i64` parsing (which takes a sign).
 const INTEGER_PATTERN: &str = r"^\s*[+-]?[0-9]+\s*$";
@@ -368,7 +368,9 @@ mod tests {
         for protocol in PROTOCOLS {
             let raw = super::super::raw::RawMonitor {
                 protocol: Some(Box::new(loc(protocol.to_string()))),
-                port: Some(Box::new(loc(Int(8080)))),
+                port: (protocol != "icmp").then(|| Box::new(loc(Int(8080)))),
+                query_name: (protocol == "dns").then(|| Box::new(loc("example.com.".to_string()))),
+                send: (protocol == "udp").then(|| Box::new(loc("ping".to_string()))),
                 ..Default::default()
             };
             let mut errors = Vec::new();

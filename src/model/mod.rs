@@ -11,6 +11,7 @@ pub mod events;
 pub mod health;
 pub mod load;
 pub mod presigned;
+pub mod probe_params;
 pub mod profile;
 pub mod sigcache;
 pub mod sign_counts;

@@ -264,6 +264,8 @@ pub struct Monitor {
     pub headers: Vec<(String, String)>,
     pub body_contains: Option<String>,
     pub tls_verify: bool,
+    /// What dns, udp and icmp probes send and expect.
+    pub params: super::probe_params::ProbeParams,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -271,6 +273,9 @@ pub enum Protocol {
     Http,
     Https,
     Tcp,
+    Dns,
+    Udp,
+    Icmp,
 }
 
 /// One endpoint of a profile.

@@ -45,8 +45,10 @@ pub struct StatusChange {
 }
 
 /// Every `ProbeResult::kind`, in the order `EndpointState::results` counts them.
-pub const KINDS: [&str; 9] =
-    ["ok", "status", "body", "timeout", "refused", "tls", "resolve", "setup", "error"];
+pub const KINDS: [&str; 14] = [
+    "ok", "status", "body", "timeout", "refused", "tls", "resolve", "setup", "error", "rcode",
+    "answer", "reply", "loss", "rtt",
+];
 
 /// What `Live::view` shows of a probe.
 #[derive(Clone, Debug)]
@@ -324,6 +326,9 @@ pub fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Http => "http",
         Protocol::Https => "https",
         Protocol::Tcp => "tcp",
+        Protocol::Dns => "dns",
+        Protocol::Udp => "udp",
+        Protocol::Icmp => "icmp",
     }
 }
 
@@ -378,6 +383,7 @@ mod tests {
             headers: vec![],
             body_contains: None,
             tls_verify: false,
+            params: Default::default(),
         };
         ProbeKey { target: ProbeTarget::Ip([192, 0, 2, 1].into()), monitor }
     }

@@ -13,12 +13,15 @@
 
 pub mod check;
 mod consensus;
+mod dns;
 mod http;
+mod icmp;
 mod live;
 pub mod plan;
 mod schedule;
 pub mod state;
 mod tls;
+mod udp;
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
