@@ -14,10 +14,12 @@
 pub mod check;
 mod consensus;
 mod dns;
+pub mod exposition;
 mod http;
 mod icmp;
 mod live;
 pub mod plan;
+pub mod pull;
 mod schedule;
 pub mod state;
 mod tls;

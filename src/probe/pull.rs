@@ -1,10 +1,11 @@
-//! Reading one pulled load feed: an HTTP(S) GET of the feed's URL, bounded by the rules'
-//! `timeout` (connection, TLS, request and body together) and `MAX_BODY`, then the load
-//! out of the body: the body as a JSON number, the number at an RFC 6901 pointer, or the
-//! one sample of a Prometheus text exposition that the selector picks (`exposition`).
+//! Reading one pulled feed (a load feed of `server::load`, or a json or prometheus health
+//! monitor): an HTTP(S) GET of the feed's URL, bounded by a timeout (connection, TLS,
+//! request and body together) and `MAX_BODY`, then a value out of the body: the body as a
+//! JSON number, the value at an RFC 6901 pointer, or the one sample of a Prometheus text
+//! exposition that the selector picks (`exposition`).
 //!
-//! The request goes out over the probes' HTTP/1.1 reader (`probe::http_get`: bounded
-//! head, interim responses and chunk lines) and their TLS clients (the system's roots),
+//! The request goes out over the probes' HTTP/1.1 reader (`http`: bounded head, interim
+//! responses and chunk lines) and their TLS clients (the system's roots),
 //! on a fresh connection each time; every failure is a `FeedError` with a plain message
 //! and a short `reason` for the error counter.
 
@@ -16,8 +17,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::exposition::{self, ExpositionError};
-use crate::probe::check::Clients;
-use crate::probe::http_get::{self, HttpError};
+use super::http::{self as http_get, HttpError};
+use super::tls::Clients;
 
 /// The largest body read from a feed; a longer one is an error, not a truncated reading.
 pub const MAX_BODY: usize = 64 * 1024;
