@@ -66,7 +66,7 @@ fn one_error_per_case_with_location() {
         ("name: www\nrouting: priority\nmonitor: { interval: ten }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "invalid duration"),
         ("name: www\nrouting: priority\nmonitor: { tolerated_failures: 10 }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:32", "tolerated_failures must be between 0 and 9"),
         ("name: www\nrouting: priority\nmonitor: { expected_status: [\"200-99\"] }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:30", "expected_status entries"),
-        ("name: www\nrouting: priority\nmonitor: { protocol: gopher }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "protocol must be http, https, tcp, dns, udp or icmp"),
+        ("name: www\nrouting: priority\nmonitor: { protocol: gopher }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "protocol must be http, https, tcp, dns, udp, icmp, json or prometheus"),
         ("name: www\nrouting: multivalue\nendpoints:\n  - { name: a, target: host.example.net. }\n".into(), "p.yaml:4:5", "multivalue endpoints must have IP address targets"),
         ("name: www\nrouting: priority\nsticky: true\nendpoints: []\n".into(), "p.yaml:3:9", "sticky applies to"),
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: www }\n".into(), "p.yaml:1:7", "nesting cycle"),
@@ -776,6 +776,68 @@ fn probe_protocol_settings_are_checked_where_written() {
         ("protocol: tcp, port: 7, count: 2", "2", "count is only for icmp monitors"),
         ("protocol: http, expect: yy", "yy", "expect is only for udp monitors"),
         ("protocol: http, answer_contains: qq", "qq", "answer_contains is only for dns monitors"),
+        ("protocol: json, pointer: /s", "{ name: a", "a json monitor needs a url"),
+        ("protocol: json, url: 'http://h.example/'", "{ name: a", "a json monitor needs a pointer"),
+        (
+            "protocol: json, url: 'ftp://h.example/', pointer: /s",
+            "'ftp",
+            "url: \"ftp://h.example/\" must start with http:// or https://",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: s",
+            "s }",
+            "pointer: \"s\" must be empty or start with /",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, port: 8080",
+            "8080",
+            "port is not allowed on a json monitor",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, healthy_when: 'about 3'",
+            "'about",
+            "healthy_when must be a comparison",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, missing: never",
+            "never",
+            "missing must be healthy, unhealthy or last_known, got \"never\"",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, metric: up",
+            "up }",
+            "metric is only for prometheus monitors",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', healthy_when: '>= 1'",
+            "{ name: a",
+            "a prometheus monitor needs a metric",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', metric: up",
+            "{ name: a",
+            "a prometheus monitor needs healthy_when",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', metric: '9up', healthy_when: '>= 1'",
+            "'9up'",
+            "metric: ",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', metric: up, healthy_when: '>= 1', pointer: /x",
+            "/x",
+            "pointer is only for json monitors",
+        ),
+        (
+            "protocol: tcp, port: 7, missing: healthy",
+            "healthy",
+            "missing is only for json and prometheus monitors",
+        ),
+        (
+            "protocol: http, url: 'http://h.example/'",
+            "'http",
+            "url is only for json and prometheus monitors",
+        ),
     ];
     let mut failures = Vec::new();
     for (monitor, pointed, msg) in cases {

@@ -262,3 +262,116 @@ async fn icmp_probes_ping_and_say_when_the_kernel_forbids_it() {
     );
     s.stop().await;
 }
+
+/// An HTTP server answering every GET with 200 and the current `body`.
+async fn feed_server(ip: &str) -> (SocketAddr, Arc<Mutex<String>>) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = Arc::new(Mutex::new(String::new()));
+    let current = body.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let current = current.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                if common::read_request_head(&mut conn).await.is_none() {
+                    return;
+                }
+                let body = current.lock().unwrap().clone();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    (addr, body)
+}
+
+fn set(body: &Arc<Mutex<String>>, text: &str) {
+    *body.lock().unwrap() = text.to_string();
+}
+
+/// json and prometheus feeds whose values change: crossing the threshold flips the status,
+/// and a value gone missing counts as each `missing` policy says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
+    let (json_addr, json) = feed_server("127.0.0.8").await;
+    let (prom_addr, prom) = feed_server("127.0.0.8").await;
+    set(&json, r#"{"status": "up", "load": 0.5}"#);
+    set(&prom, "# TYPE up gauge\nup{job=\"eu\"} 1\nup{job=\"us\"} 0\n");
+    let j = |extra: &str| format!("protocol: json, url: 'http://{json_addr}/health', {extra}");
+    let p = |extra: &str| {
+        format!(
+            "protocol: prometheus, url: 'http://{prom_addr}/metrics', metric: 'up{{job=\"eu\"}}', healthy_when: '>= 1', {extra}"
+        )
+    };
+    let s = Running::start(&profile(&[
+        ("status", "192.0.2.1", j("pointer: /status")),
+        ("load", "192.0.2.1", j("pointer: /load, healthy_when: '< 0.8'")),
+        ("prom-last", "192.0.2.1", p("missing: last_known")),
+        ("prom-healthy", "192.0.2.1", p("missing: healthy")),
+        ("prom-unhealthy", "192.0.2.1", p("missing: unhealthy")),
+    ]))
+    .await;
+    let all = ["status", "load", "prom-last", "prom-healthy", "prom-unhealthy"];
+    for name in all {
+        s.wait_status(name, Status::Online).await;
+    }
+
+    // Thresholds crossed: each degrades with the value it read.
+    set(&json, r#"{"status": "down", "load": 0.93}"#);
+    set(&prom, "up{job=\"eu\"} 0\n");
+    expect_all(
+        &s,
+        &[
+            ("status", Status::Degraded, Some("status \"down\" at JSON pointer \"/status\"")),
+            ("load", Status::Degraded, Some("value 0.93, healthy when < 0.8")),
+            ("prom-last", Status::Degraded, Some("value 0, healthy when >= 1")),
+        ],
+    )
+    .await;
+    // And back.
+    set(&json, r#"{"status": "OK", "load": 0.1}"#);
+    set(&prom, "up{job=\"eu\"} 1\n");
+    for name in all {
+        s.wait_status(name, Status::Online).await;
+    }
+
+    // The sample disappears: healthy stays online, unhealthy degrades, last_known keeps
+    // its status while showing why it had nothing to judge.
+    set(&prom, "up{job=\"us\"} 1\n");
+    let gone = Some("no data: no sample matches up{job=\"eu\"}");
+    expect_all(&s, &[("prom-unhealthy", Status::Degraded, gone)]).await;
+    let deadline = Instant::now() + PATIENCE;
+    for name in ["prom-last", "prom-healthy"] {
+        loop {
+            let st = s.state(name);
+            if st.last_probe.as_ref().and_then(|l| l.reason.as_deref()) == gone {
+                assert_eq!(st.status, Status::Online, "{name}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name}: {st:#?}");
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let kinds = s.state("prom-last").results;
+    assert!(kinds.iter().any(|(k, n)| *k == "nodata" && *n > 0), "{kinds:?}");
+    // last_known after a failure: degraded stays degraded while the data is missing.
+    set(&prom, "up{job=\"eu\"} 0\n");
+    s.wait_status("prom-last", Status::Degraded).await;
+    set(&prom, "");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let st = s.state("prom-last");
+        if st.last_probe.as_ref().map(|l| l.kind) == Some("nodata") {
+            assert_eq!(st.status, Status::Degraded);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st:#?}");
+        sleep(Duration::from_millis(50)).await;
+    }
+    s.stop().await;
+}

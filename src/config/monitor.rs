@@ -66,11 +66,11 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
         Some("dns") => Some(Protocol::Dns),
         Some("udp") => Some(Protocol::Udp),
         Some("icmp") => Some(Protocol::Icmp),
+        Some("json") => Some(Protocol::Json),
+        Some("prometheus") => Some(Protocol::Prometheus),
         Some(other) => {
-            sink.on(
-                v?,
-                format!("protocol must be http, https, tcp, dns, udp or icmp, got {other:?}"),
-            );
+            let known = "http, https, tcp, dns, udp, icmp, json or prometheus";
+            sink.on(v?, format!("protocol must be {known}, got {other:?}"));
             None
         }
     }
@@ -78,8 +78,15 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
 
 fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
     match (v, protocol) {
-        (Some(v), Protocol::Icmp) => {
-            sink.on(v, "port is not allowed on an icmp monitor");
+        (Some(v), Protocol::Icmp | Protocol::Json | Protocol::Prometheus) => {
+            let message = match protocol {
+                Protocol::Icmp => "port is not allowed on an icmp monitor".to_string(),
+                _ => format!(
+                    "port is not allowed on a {} monitor: the url gives it",
+                    protocol_text(protocol)
+                ),
+            };
+            sink.on(v, message);
             None
         }
         (Some(v), _) => int_in(sink, v, 1, 65535, "port"),
@@ -91,7 +98,7 @@ fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) 
             None
         }
         // Echoes have no port; 0 keeps the probe key's field meaningless but equal.
-        (None, Protocol::Icmp) => Some(0),
+        (None, Protocol::Icmp | Protocol::Json | Protocol::Prometheus) => Some(0),
     }
 }
 
@@ -103,6 +110,8 @@ fn protocol_text(p: Protocol) -> &'static str {
         Protocol::Dns => "dns",
         Protocol::Udp => "udp",
         Protocol::Icmp => "icmp",
+        Protocol::Json => "json",
+        Protocol::Prometheus => "prometheus",
     }
 }
 

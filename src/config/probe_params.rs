@@ -1,4 +1,5 @@
-//! The settings of dns, udp and icmp monitors (`docs/configuration.md`, "monitor"),
+//! The settings of dns, udp, icmp, json and prometheus monitors
+//! (`docs/configuration.md`, "monitor"),
 //! merged like the other monitor fields and validated into `ProbeParams`.
 
 use std::net::IpAddr;
@@ -9,7 +10,10 @@ use super::monitor::pick;
 use super::raw::{Loc, RawMonitor, StatusSpec};
 use crate::diag::{Pos, Sink};
 use crate::model::Protocol;
-use crate::model::probe_params::{DnsParams, IcmpParams, ProbeParams, RCODES, UdpParams};
+use crate::model::probe_params::{
+    DnsParams, FeedParams, FeedValue, IcmpParams, MissingData, ProbeParams, RCODES, Threshold,
+    UdpParams,
+};
 
 /// The longest udp payload: one datagram that fits any path's MTU.
 pub const MAX_SEND: usize = 512;
@@ -30,6 +34,9 @@ pub fn resolve(
         Protocol::Dns => ProbeParams::Dns(dns(sink, ep, pr, at)),
         Protocol::Udp => ProbeParams::Udp(udp(sink, ep, pr, at)),
         Protocol::Icmp => ProbeParams::Icmp(icmp(sink, ep, pr)),
+        Protocol::Json | Protocol::Prometheus => {
+            ProbeParams::Feed(feed(sink, ep, pr, protocol, at))
+        }
     }
 }
 
@@ -38,6 +45,8 @@ fn only(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>, protocol: Protocol) {
     let dns = protocol == Protocol::Dns;
     let udp = protocol == Protocol::Udp;
     let icmp = protocol == Protocol::Icmp;
+    let json = protocol == Protocol::Json;
+    let feed = json || protocol == Protocol::Prometheus;
     let mut check = |set: Option<Pos>, key: &str, fits: bool, what: &str| {
         if let (Some(pos), false) = (set, fits) {
             sink.at(pos, format!("{key} is only for {what} monitors"));
@@ -53,6 +62,13 @@ fn only(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>, protocol: Protocol) {
     check(pos(|m| m.count.as_deref().map(Pos::of)), "count", icmp, "icmp");
     check(pos(|m| m.max_loss.as_deref().map(Pos::of)), "max_loss", icmp, "icmp");
     check(pos(|m| m.max_rtt.as_deref().map(Pos::of)), "max_rtt", icmp, "icmp");
+    let feeds = "json and prometheus";
+    check(pos(|m| m.url.as_deref().map(Pos::of)), "url", feed, feeds);
+    check(pos(|m| m.pointer.as_deref().map(Pos::of)), "pointer", json, "json");
+    let prometheus = protocol == Protocol::Prometheus;
+    check(pos(|m| m.metric.as_deref().map(Pos::of)), "metric", prometheus, "prometheus");
+    check(pos(|m| m.healthy_when.as_deref().map(Pos::of)), "healthy_when", feed, feeds);
+    check(pos(|m| m.missing.as_deref().map(Pos::of)), "missing", feed, feeds);
 }
 
 /// Where the effective value of a field is written: the endpoint's, else the profile's.
@@ -189,6 +205,102 @@ pub fn unescape(text: &str) -> Result<Vec<u8>, String> {
         });
     }
     Ok(out)
+}
+
+fn feed(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>, protocol: Protocol, at: Pos) -> FeedParams {
+    let json = protocol == Protocol::Json;
+    let what = if json { "json" } else { "prometheus" };
+    let url = match pick(ep, pr, |m| m.url.as_deref()) {
+        None => {
+            sink.at(at, format!("a {what} monitor needs a url"));
+            String::new()
+        }
+        Some(v) => {
+            if let Err(why) = check_url(&v.value) {
+                sink.on(v, format!("url: {why}"));
+            }
+            v.value.clone()
+        }
+    };
+    let value = if json {
+        match pick(ep, pr, |m| m.pointer.as_deref()) {
+            None => {
+                sink.at(at, "a json monitor needs a pointer (\"\" for the whole document)");
+                FeedValue::Pointer(String::new())
+            }
+            Some(v) => {
+                if let Err(e) = super::load::check_pointer(&v.value) {
+                    sink.on(v, format!("pointer: {e}"));
+                }
+                FeedValue::Pointer(v.value.clone())
+            }
+        }
+    } else {
+        match pick(ep, pr, |m| m.metric.as_deref()) {
+            None => {
+                sink.at(at, "a prometheus monitor needs a metric");
+                FeedValue::Metric { name: String::new(), labels: Vec::new() }
+            }
+            Some(v) => match super::load::parse_selector(&v.value) {
+                Ok(s) => FeedValue::Metric { name: s.name, labels: s.labels },
+                Err(e) => {
+                    sink.on(v, format!("metric: {e}"));
+                    FeedValue::Metric { name: String::new(), labels: Vec::new() }
+                }
+            },
+        }
+    };
+    let healthy_when = match pick(ep, pr, |m| m.healthy_when.as_deref()) {
+        None if !json => {
+            sink.at(at, "a prometheus monitor needs healthy_when (\">= 1\", \"< 0.8\", ...)");
+            None
+        }
+        None => None,
+        Some(v) => {
+            let t = Threshold::parse(&v.value);
+            if t.is_none() {
+                sink.on(
+                    v,
+                    "healthy_when must be a comparison (<, <=, >, >=, ==, !=) and a number, \
+                     such as \"< 0.8\"",
+                );
+            }
+            t
+        }
+    };
+    let missing = match pick(ep, pr, |m| m.missing.as_deref()) {
+        None => MissingData::LastKnown,
+        Some(v) => match v.value.as_str() {
+            "healthy" => MissingData::Healthy,
+            "unhealthy" => MissingData::Unhealthy,
+            "last_known" => MissingData::LastKnown,
+            other => {
+                sink.on(
+                    v,
+                    format!("missing must be healthy, unhealthy or last_known, got {other:?}"),
+                );
+                MissingData::LastKnown
+            }
+        },
+    };
+    FeedParams { url, value, healthy_when, missing }
+}
+
+/// What the feed reader needs of a URL: http or https, a host, no user information.
+fn check_url(text: &str) -> Result<(), String> {
+    let uri: http::Uri =
+        text.parse().map_err(|e: http::uri::InvalidUri| format!("{text:?}: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!("{text:?} must start with http:// or https://"));
+    }
+    match uri.authority() {
+        None => Err(format!("{text:?} has no host")),
+        Some(a) if a.as_str().contains('@') => {
+            Err(format!("{text:?}: user information is not supported"))
+        }
+        Some(a) if a.host().is_empty() => Err(format!("{text:?} has no host")),
+        Some(_) => Ok(()),
+    }
 }
 
 fn icmp(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>) -> IcmpParams {

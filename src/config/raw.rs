@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use super::schema::{
-    AsnNumber, DegradedMatch, DurationText, EndpointName, ListenAddress, Network, OnStaleName,
-    ProbeProtocol, RoutingMethod, SourceAddress, Target, TokenRoleName,
+    AsnNumber, DegradedMatch, DurationText, EndpointName, ListenAddress, MissingPolicy, Network,
+    OnStaleName, ProbeProtocol, RoutingMethod, SourceAddress, Target, TokenRoleName,
 };
 
 use crate::diag::{Located, Pos};
@@ -646,6 +646,20 @@ pub struct RawMonitor {
     /// icmp: the longest round trip accepted (default: no limit but the timeout).
     #[schemars(with = "Option<DurationText>")]
     pub max_rtt: Option<Box<Loc<String>>>,
+    /// json, prometheus: the feed's `http://` or `https://` URL (required).
+    pub url: Option<Box<Loc<String>>>,
+    /// json: an RFC 6901 pointer to the status or number (required; `""` for the whole
+    /// document).
+    pub pointer: Option<Box<Loc<String>>>,
+    /// prometheus: the sample, `name` or `name{label="value",...}` (required).
+    pub metric: Option<Box<Loc<String>>>,
+    /// json, prometheus: when the number read is healthy, `< 0.8`, `>= 1`, `== 0`, ...
+    /// (required on prometheus; on json, without it the value is a status word).
+    pub healthy_when: Option<Box<Loc<String>>>,
+    /// json, prometheus: what a feed without the value counts as: healthy, unhealthy or
+    /// last_known (default last_known).
+    #[schemars(with = "Option<MissingPolicy>")]
+    pub missing: Option<Box<Loc<String>>>,
 }
 
 /// `expected_status` entries may be written as numbers (`200`) or strings (`"200-299"`).

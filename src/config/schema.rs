@@ -227,6 +227,12 @@ text_schema!(
 );
 
 text_schema!(
+    /// `monitor.missing`, as `probe_params::missing` reads it.
+    MissingPolicy as "MissingPolicy",
+    json_schema!({ "type": "string", "enum": ["healthy", "unhealthy", "last_known"] })
+);
+
+text_schema!(
     /// An autonomous system number, as `rules::Builder::asn` reads it.
     AsnNumber as "AsnNumber",
     json_schema!({
@@ -269,7 +275,7 @@ impl JsonSchema for RoutingMethod {
     }
 }
 
-const PROTOCOLS: [&str; 6] = ["http", "https", "tcp", "dns", "udp", "icmp"];
+const PROTOCOLS: [&str; 8] = ["http", "https", "tcp", "dns", "udp", "icmp", "json", "prometheus"];
 
 /// `str::trim`, then `i64` parsing (which takes a sign).
 const INTEGER_PATTERN: &str = r"^\s*[+-]?[0-9]+\s*$";
@@ -368,9 +374,15 @@ mod tests {
         for protocol in PROTOCOLS {
             let raw = super::super::raw::RawMonitor {
                 protocol: Some(Box::new(loc(protocol.to_string()))),
-                port: (protocol != "icmp").then(|| Box::new(loc(Int(8080)))),
+                port: (!matches!(protocol, "icmp" | "json" | "prometheus"))
+                    .then(|| Box::new(loc(Int(8080)))),
                 query_name: (protocol == "dns").then(|| Box::new(loc("example.com.".to_string()))),
                 send: (protocol == "udp").then(|| Box::new(loc("ping".to_string()))),
+                url: matches!(protocol, "json" | "prometheus")
+                    .then(|| Box::new(loc("http://127.0.0.1/".to_string()))),
+                pointer: (protocol == "json").then(|| Box::new(loc("/status".to_string()))),
+                metric: (protocol == "prometheus").then(|| Box::new(loc("up".to_string()))),
+                healthy_when: (protocol == "prometheus").then(|| Box::new(loc(">= 1".to_string()))),
                 ..Default::default()
             };
             let mut errors = Vec::new();

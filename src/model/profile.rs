@@ -276,6 +276,8 @@ pub enum Protocol {
     Dns,
     Udp,
     Icmp,
+    Json,
+    Prometheus,
 }
 
 /// One endpoint of a profile.

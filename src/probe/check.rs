@@ -25,6 +25,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 
 use super::dns::DnsCheck;
+use super::feed::FeedCheck;
 use super::http::{self, HttpError};
 use super::icmp::IcmpCheck;
 use super::plan::{ProbeKey, ProbeTarget};
@@ -93,6 +94,13 @@ pub enum Reason {
         got: Duration,
         max: Duration,
     },
+    /// json, prometheus: the feed could not be read or parsed.
+    Feed(String),
+    /// json, prometheus: the feed answered without the value (the monitor's `missing`
+    /// policy decides what that counts as).
+    NoData(String),
+    /// json, prometheus: the value read is not healthy.
+    Value(String),
 }
 
 impl Reason {
@@ -115,6 +123,9 @@ impl Reason {
             Reason::NoReply(_) => "timeout",
             Reason::Loss { .. } => "loss",
             Reason::Rtt { .. } => "rtt",
+            Reason::Feed(_) => "feed",
+            Reason::NoData(_) => "nodata",
+            Reason::Value(_) => "value",
         }
     }
 
@@ -165,6 +176,9 @@ impl fmt::Display for Reason {
                 write!(f, "reply does not contain \"{expected}\": got \"{got}\"")
             }
             Reason::NoReply(d) => write!(f, "no reply within {}", humantime::format_duration(*d)),
+            Reason::Feed(e) => write!(f, "feed: {e}"),
+            Reason::NoData(e) => write!(f, "no data: {e}"),
+            Reason::Value(e) => f.write_str(e),
             Reason::Loss { lost, sent } => write!(f, "{lost} of {sent} echoes lost"),
             Reason::Rtt { got, max } => write!(
                 f,
@@ -203,6 +217,8 @@ enum Kind {
     Dns(Box<Result<DnsCheck, String>>),
     Udp(Box<UdpCheck>),
     Icmp(Box<IcmpCheck>, Option<String>),
+    /// Reads its URL, not the target.
+    Feed(Box<FeedCheck>),
 }
 
 struct Http {
@@ -221,12 +237,17 @@ impl Check {
         let kind = match m.protocol {
             Protocol::Tcp => Kind::Tcp,
             Protocol::Http | Protocol::Https => Kind::Http(Box::new(Http::new(key, clients))),
-            Protocol::Dns | Protocol::Udp | Protocol::Icmp => match &m.params {
+            Protocol::Dns
+            | Protocol::Udp
+            | Protocol::Icmp
+            | Protocol::Json
+            | Protocol::Prometheus => match &m.params {
                 ProbeParams::Dns(p) => Kind::Dns(Box::new(DnsCheck::new(p))),
                 ProbeParams::Udp(p) => Kind::Udp(Box::new(UdpCheck::new(p, m.timeout))),
                 ProbeParams::Icmp(p) => {
                     Kind::Icmp(Box::new(IcmpCheck::new(p, m.timeout)), IcmpCheck::setup_error())
                 }
+                ProbeParams::Feed(p) => Kind::Feed(Box::new(FeedCheck::new(p, m.timeout))),
                 ProbeParams::None => {
                     Kind::Dns(Box::new(Err("the monitor has no settings for its protocol".into())))
                 }
@@ -241,12 +262,16 @@ impl Check {
             Kind::Http(h) => h.as_ref().as_ref().err().map(String::as_str),
             Kind::Dns(d) => d.as_ref().as_ref().err().map(String::as_str),
             Kind::Icmp(_, e) => e.as_deref(),
+            Kind::Feed(f) => f.setup_error(),
             Kind::Tcp | Kind::Udp(_) => None,
         }
     }
 
     /// Runs the check once, against every address of a host-name target.
     pub async fn run(&self) -> Result<(), Reason> {
+        if let Kind::Feed(f) = &self.kind {
+            return f.run().await;
+        }
         match &self.target {
             ProbeTarget::Ip(ip) => self.one(*ip).await,
             ProbeTarget::Host(name) => {
@@ -271,6 +296,7 @@ impl Check {
             },
             Kind::Udp(u) => u.run(addr, source).await,
             Kind::Icmp(i, _) => i.run(ip, source).await,
+            Kind::Feed(f) => f.run().await,
         }
     }
 }

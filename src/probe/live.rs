@@ -45,9 +45,9 @@ pub struct StatusChange {
 }
 
 /// Every `ProbeResult::kind`, in the order `EndpointState::results` counts them.
-pub const KINDS: [&str; 14] = [
+pub const KINDS: [&str; 17] = [
     "ok", "status", "body", "timeout", "refused", "tls", "resolve", "setup", "error", "rcode",
-    "answer", "reply", "loss", "rtt",
+    "answer", "reply", "loss", "rtt", "feed", "nodata", "value",
 ];
 
 /// What `Live::view` shows of a probe.
@@ -197,7 +197,10 @@ impl Live {
     /// Applies one result: updates the state machine, publishes a changed status to every
     /// user's slot, and logs.
     pub fn record(&self, result: Result<(), Reason>, latency: Duration) {
-        let ok = result.is_ok();
+        let no_data = matches!(result, Err(Reason::NoData(_)));
+        let counted =
+            super::state::counted(result.is_ok(), no_data, self.key.monitor.params.missing());
+        let ok = counted == Some(true);
         let reason = result.as_ref().err().map(ToString::to_string);
         let kind = result.as_ref().err().map_or("ok", Reason::kind);
         let last = ProbeResult { at: SystemTime::now(), ok, reason, kind, latency };
@@ -211,7 +214,7 @@ impl Live {
             latency_ms = latency.as_secs_f64() * 1000.0,
             "probe result"
         );
-        let (own, published) = self.apply(last);
+        let (own, published) = self.apply(last, counted.is_some());
         if let Some((from, own)) = own {
             self.log_own_change(from, &own);
         }
@@ -223,12 +226,19 @@ impl Live {
     /// Updates the state under the lock; returns this replica's own change in a cluster
     /// (the status before, and the view now), and the change of the published status with
     /// who it affects.
-    fn apply(&self, last: ProbeResult) -> (Option<(Status, OwnView)>, Option<Published>) {
+    /// A result that does not `count` (no data, `missing: last_known`) is shown but leaves
+    /// the status machine alone.
+    fn apply(
+        &self,
+        last: ProbeResult,
+        count: bool,
+    ) -> (Option<(Status, OwnView)>, Option<Published>) {
         let mut inner = self.lock();
         if inner.stopped {
             return (None, None);
         }
-        let change = inner.machine.apply(last.ok, self.key.monitor.tolerated_failures);
+        let tolerated = self.key.monitor.tolerated_failures;
+        let change = if count { inner.machine.apply(last.ok, tolerated) } else { None };
         if let Some(i) = KINDS.iter().position(|k| *k == last.kind) {
             inner.counts[i] += 1;
         }
@@ -329,6 +339,8 @@ pub fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Dns => "dns",
         Protocol::Udp => "udp",
         Protocol::Icmp => "icmp",
+        Protocol::Json => "json",
+        Protocol::Prometheus => "prometheus",
     }
 }
 

@@ -15,6 +15,7 @@ pub mod check;
 mod consensus;
 mod dns;
 pub mod exposition;
+mod feed;
 mod http;
 mod icmp;
 mod live;
