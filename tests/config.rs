@@ -66,7 +66,7 @@ fn one_error_per_case_with_location() {
         ("name: www\nrouting: priority\nmonitor: { interval: ten }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "invalid duration"),
         ("name: www\nrouting: priority\nmonitor: { tolerated_failures: 10 }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:32", "tolerated_failures must be between 0 and 9"),
         ("name: www\nrouting: priority\nmonitor: { expected_status: [\"200-99\"] }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:30", "expected_status entries"),
-        ("name: www\nrouting: priority\nmonitor: { protocol: gopher }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "protocol must be http, https, tcp, dns, udp, icmp, json or prometheus"),
+        ("name: www\nrouting: priority\nmonitor: { protocol: gopher }\nendpoints:\n  - { name: a, target: 192.0.2.1 }\n".into(), "p.yaml:3:22", "protocol must be http, https, tcp, dns, udp, icmp, json, prometheus or grpc"),
         ("name: www\nrouting: multivalue\nendpoints:\n  - { name: a, target: host.example.net. }\n".into(), "p.yaml:4:5", "multivalue endpoints must have IP address targets"),
         ("name: www\nrouting: priority\nsticky: true\nendpoints: []\n".into(), "p.yaml:3:9", "sticky applies to"),
         ("name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: www }\n".into(), "p.yaml:1:7", "nesting cycle"),

@@ -375,3 +375,41 @@ async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
     }
     s.stop().await;
 }
+
+/// A tonic health server (tonic-health's own) on loopback, switched between SERVING and
+/// NOT_SERVING; a service it does not know fails as the RPC error it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_probes_follow_the_health_service() {
+    use tonic_health::pb::health_server::HealthServer;
+    use tonic_health::server::HealthReporter;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.9:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reporter = HealthReporter::new();
+    let service = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+    reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(HealthServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let g = |extra: &str| format!("protocol: grpc, port: {}, {extra}", addr.port());
+    let s = Running::start(&profile(&[
+        ("server", "127.0.0.9", g("tolerated_failures: 0")),
+        ("shop", "127.0.0.9", g("service: shop")),
+        ("unknown", "127.0.0.9", g("service: nothing")),
+    ]))
+    .await;
+    s.wait_status("server", Status::Online).await;
+    s.wait_status("shop", Status::Online).await;
+    let unknown = s.wait_status("unknown", Status::Degraded).await;
+    let reason = unknown.last_probe.unwrap().reason.unwrap();
+    assert!(reason.starts_with("gRPC health: RPC failed: NotFound"), "{reason}");
+
+    reporter.set_service_status("shop", tonic_health::ServingStatus::NotServing).await;
+    expect_all(&s, &[("shop", Status::Degraded, Some("gRPC health: status NOT_SERVING"))]).await;
+    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
+    s.wait_status("shop", Status::Online).await;
+    s.stop().await;
+}

@@ -68,8 +68,9 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
         Some("icmp") => Some(Protocol::Icmp),
         Some("json") => Some(Protocol::Json),
         Some("prometheus") => Some(Protocol::Prometheus),
+        Some("grpc") => Some(Protocol::Grpc),
         Some(other) => {
-            let known = "http, https, tcp, dns, udp, icmp, json or prometheus";
+            let known = "http, https, tcp, dns, udp, icmp, json, prometheus or grpc";
             sink.on(v?, format!("protocol must be {known}, got {other:?}"));
             None
         }
@@ -93,7 +94,7 @@ fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) 
         (None, Protocol::Http) => Some(80),
         (None, Protocol::Https) => Some(443),
         (None, Protocol::Dns) => Some(53),
-        (None, Protocol::Tcp | Protocol::Udp) => {
+        (None, Protocol::Tcp | Protocol::Udp | Protocol::Grpc) => {
             sink.at(at, format!("a {} monitor needs a port", protocol_text(protocol)));
             None
         }
@@ -112,6 +113,7 @@ fn protocol_text(p: Protocol) -> &'static str {
         Protocol::Icmp => "icmp",
         Protocol::Json => "json",
         Protocol::Prometheus => "prometheus",
+        Protocol::Grpc => "grpc",
     }
 }
 

@@ -11,8 +11,8 @@ use super::raw::{Loc, RawMonitor, StatusSpec};
 use crate::diag::{Pos, Sink};
 use crate::model::Protocol;
 use crate::model::probe_params::{
-    DnsParams, FeedParams, FeedValue, IcmpParams, MissingData, ProbeParams, RCODES, Threshold,
-    UdpParams,
+    DnsParams, FeedParams, FeedValue, GrpcParams, IcmpParams, MissingData, ProbeParams, RCODES,
+    Threshold, UdpParams,
 };
 
 /// The longest udp payload: one datagram that fits any path's MTU.
@@ -36,6 +36,12 @@ pub fn resolve(
         Protocol::Icmp => ProbeParams::Icmp(icmp(sink, ep, pr)),
         Protocol::Json | Protocol::Prometheus => {
             ProbeParams::Feed(feed(sink, ep, pr, protocol, at))
+        }
+        Protocol::Grpc => {
+            let service = pick(ep, pr, |m| m.service.as_deref());
+            ProbeParams::Grpc(GrpcParams {
+                service: service.map_or_else(String::new, |s| s.value.clone()),
+            })
         }
     }
 }
@@ -69,6 +75,8 @@ fn only(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>, protocol: Protocol) {
     check(pos(|m| m.metric.as_deref().map(Pos::of)), "metric", prometheus, "prometheus");
     check(pos(|m| m.healthy_when.as_deref().map(Pos::of)), "healthy_when", feed, feeds);
     check(pos(|m| m.missing.as_deref().map(Pos::of)), "missing", feed, feeds);
+    let grpc = protocol == Protocol::Grpc;
+    check(pos(|m| m.service.as_deref().map(Pos::of)), "service", grpc, "grpc");
 }
 
 /// Where the effective value of a field is written: the endpoint's, else the profile's.

@@ -660,6 +660,8 @@ pub struct RawMonitor {
     /// last_known (default last_known).
     #[schemars(with = "Option<MissingPolicy>")]
     pub missing: Option<Box<Loc<String>>>,
+    /// grpc: the service name asked about (default "", the whole server).
+    pub service: Option<Box<Loc<String>>>,
 }
 
 /// `expected_status` entries may be written as numbers (`200`) or strings (`"200-299"`).

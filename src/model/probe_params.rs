@@ -15,6 +15,13 @@ pub enum ProbeParams {
     Icmp(IcmpParams),
     /// json and prometheus: a pulled health feed.
     Feed(FeedParams),
+    Grpc(GrpcParams),
+}
+
+/// `protocol: grpc`: the service whose health is asked (empty: the whole server).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GrpcParams {
+    pub service: String,
 }
 
 impl ProbeParams {

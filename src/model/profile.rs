@@ -278,6 +278,7 @@ pub enum Protocol {
     Icmp,
     Json,
     Prometheus,
+    Grpc,
 }
 
 /// One endpoint of a profile.

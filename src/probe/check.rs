@@ -26,6 +26,7 @@ use tokio_rustls::TlsConnector;
 
 use super::dns::DnsCheck;
 use super::feed::FeedCheck;
+use super::grpc::GrpcCheck;
 use super::http::{self, HttpError};
 use super::icmp::IcmpCheck;
 use super::plan::{ProbeKey, ProbeTarget};
@@ -101,6 +102,8 @@ pub enum Reason {
     NoData(String),
     /// json, prometheus: the value read is not healthy.
     Value(String),
+    /// grpc: the health answer is not SERVING, or the call failed.
+    Grpc(String),
 }
 
 impl Reason {
@@ -126,6 +129,7 @@ impl Reason {
             Reason::Feed(_) => "feed",
             Reason::NoData(_) => "nodata",
             Reason::Value(_) => "value",
+            Reason::Grpc(_) => "grpc",
         }
     }
 
@@ -179,6 +183,7 @@ impl fmt::Display for Reason {
             Reason::Feed(e) => write!(f, "feed: {e}"),
             Reason::NoData(e) => write!(f, "no data: {e}"),
             Reason::Value(e) => f.write_str(e),
+            Reason::Grpc(e) => write!(f, "gRPC health: {e}"),
             Reason::Loss { lost, sent } => write!(f, "{lost} of {sent} echoes lost"),
             Reason::Rtt { got, max } => write!(
                 f,
@@ -219,6 +224,7 @@ enum Kind {
     Icmp(Box<IcmpCheck>, Option<String>),
     /// Reads its URL, not the target.
     Feed(Box<FeedCheck>),
+    Grpc(Box<GrpcCheck>),
 }
 
 struct Http {
@@ -241,13 +247,15 @@ impl Check {
             | Protocol::Udp
             | Protocol::Icmp
             | Protocol::Json
-            | Protocol::Prometheus => match &m.params {
+            | Protocol::Prometheus
+            | Protocol::Grpc => match &m.params {
                 ProbeParams::Dns(p) => Kind::Dns(Box::new(DnsCheck::new(p))),
                 ProbeParams::Udp(p) => Kind::Udp(Box::new(UdpCheck::new(p, m.timeout))),
                 ProbeParams::Icmp(p) => {
                     Kind::Icmp(Box::new(IcmpCheck::new(p, m.timeout)), IcmpCheck::setup_error())
                 }
                 ProbeParams::Feed(p) => Kind::Feed(Box::new(FeedCheck::new(p, m.timeout))),
+                ProbeParams::Grpc(p) => Kind::Grpc(Box::new(GrpcCheck::new(&p.service))),
                 ProbeParams::None => {
                     Kind::Dns(Box::new(Err("the monitor has no settings for its protocol".into())))
                 }
@@ -263,7 +271,7 @@ impl Check {
             Kind::Dns(d) => d.as_ref().as_ref().err().map(String::as_str),
             Kind::Icmp(_, e) => e.as_deref(),
             Kind::Feed(f) => f.setup_error(),
-            Kind::Tcp | Kind::Udp(_) => None,
+            Kind::Tcp | Kind::Udp(_) | Kind::Grpc(_) => None,
         }
     }
 
@@ -297,6 +305,7 @@ impl Check {
             Kind::Udp(u) => u.run(addr, source).await,
             Kind::Icmp(i, _) => i.run(ip, source).await,
             Kind::Feed(f) => f.run().await,
+            Kind::Grpc(g) => g.run(addr).await,
         }
     }
 }
@@ -515,7 +524,7 @@ fn http_reason(err: &HttpError) -> Reason {
 /// `err` and the errors beneath it, outermost first. An `io::Error`'s `source()` is its
 /// wrapped error's source, skipping the wrapped error itself (a rustls error, say), so the
 /// chain steps into it with `get_ref` instead.
-fn chain<'a>(
+pub(super) fn chain<'a>(
     err: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(err), |&e: &&'a (dyn StdError + 'static)| {
@@ -527,7 +536,7 @@ fn chain<'a>(
 }
 
 /// The text of the deepest error in a chain.
-fn innermost(err: &(dyn StdError + 'static)) -> String {
+pub(super) fn innermost(err: &(dyn StdError + 'static)) -> String {
     chain(err).last().unwrap_or(err).to_string()
 }
 

@@ -45,9 +45,9 @@ pub struct StatusChange {
 }
 
 /// Every `ProbeResult::kind`, in the order `EndpointState::results` counts them.
-pub const KINDS: [&str; 17] = [
+pub const KINDS: [&str; 18] = [
     "ok", "status", "body", "timeout", "refused", "tls", "resolve", "setup", "error", "rcode",
-    "answer", "reply", "loss", "rtt", "feed", "nodata", "value",
+    "answer", "reply", "loss", "rtt", "feed", "nodata", "value", "grpc",
 ];
 
 /// What `Live::view` shows of a probe.
@@ -341,6 +341,7 @@ pub fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Icmp => "icmp",
         Protocol::Json => "json",
         Protocol::Prometheus => "prometheus",
+        Protocol::Grpc => "grpc",
     }
 }
 

@@ -16,6 +16,7 @@ mod consensus;
 mod dns;
 pub mod exposition;
 mod feed;
+mod grpc;
 mod http;
 mod icmp;
 mod live;

@@ -70,7 +70,7 @@ pub struct Stats {
     missed: AtomicU64,
     lag_sum_us: AtomicU64,
     max_lag_us: AtomicU64,
-    durations: [Durations; 8],
+    durations: [Durations; 9],
     skipped_local: AtomicU64,
     /// When a skipped run was last logged (ms since the Unix epoch), for the rate limit.
     skipped_logged_ms: AtomicU64,
@@ -205,6 +205,7 @@ fn protocol_index(p: Protocol) -> usize {
         Protocol::Icmp => 5,
         Protocol::Json => 6,
         Protocol::Prometheus => 7,
+        Protocol::Grpc => 8,
     }
 }
 
