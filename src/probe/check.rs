@@ -1,5 +1,6 @@
 //! One health check of one probe: an HTTP(S) GET, a TCP connect, or a dns query, udp
-//! exchange or icmp echoes (`dns`, `udp`, `icmp`; `docs/probing.md`).
+//! exchange, icmp echoes, gRPC health call or pulled health feed (`dns`, `udp`, `icmp`,
+//! `grpc`, `feed`; `docs/probing.md`).
 //!
 //! Everything that does not change between runs (the request bytes, the TLS client and
 //! server name) is prepared once per probe in `Check::new`; `Check::run` does the I/O, over
