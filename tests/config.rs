@@ -786,3 +786,145 @@ fn an_error_in_an_unchanged_document_names_its_line_after_lines_moved() {
     let want = format!("1.yaml:{}:25: nested profile p1505.", at + 10);
     assert!(reloaded.iter().any(|e| e.starts_with(&want)), "{want} in {reloaded:#?}");
 }
+
+/// `p.yaml:LINE:COL` of the first occurrence of `needle` in `yaml`.
+fn where_in(yaml: &str, needle: &str) -> String {
+    let (line, text) = yaml.lines().enumerate().find(|(_, l)| l.contains(needle)).unwrap();
+    format!("p.yaml:{}:{}", line + 1, text.find(needle).unwrap() + 1)
+}
+
+/// The settings of dns, udp and icmp monitors, each mistake reported where it is written
+/// (or at the endpoint, for what is missing).
+#[test]
+fn probe_protocol_settings_are_checked_where_written() {
+    // (monitor of the profile, the first text of the file the error points at, message)
+    let cases: &[(&str, &str, &str)] = &[
+        ("protocol: dns", "{ name: a", "a dns monitor needs a query_name"),
+        ("protocol: dns, query_name: 'a..b.'", "'a..b.'", "query_name: invalid name"),
+        (
+            "protocol: dns, query_name: a.example., query_type: BOGUS",
+            "BOGUS",
+            "query_type: unknown record type \"BOGUS\"",
+        ),
+        (
+            "protocol: dns, query_name: a.example., expected_rcode: NOPE",
+            "NOPE",
+            "expected_rcode must be an RCODE name",
+        ),
+        (
+            "protocol: dns, query_name: a.example., expected_rcode: 4096",
+            "4096",
+            "expected_rcode must be an RCODE name",
+        ),
+        (
+            "protocol: dns, query_name: a.example., answer_contains: ''",
+            "''",
+            "answer_contains must not be empty",
+        ),
+        (
+            "protocol: dns, query_name: a.example., path: /x",
+            "/x",
+            "path is not allowed on a dns monitor",
+        ),
+        ("protocol: udp, send: zz", "{ name: a", "a udp monitor needs a port"),
+        ("protocol: udp, port: 7", "{ name: a", "a udp monitor needs a payload to send"),
+        ("protocol: udp, port: 7, send: '\\q'", "'\\q'", "send: unknown escape \\q"),
+        ("protocol: udp, port: 7, send: ''", "''", "send must be 1 to 512 bytes, got 0"),
+        (
+            "protocol: udp, port: 7, send: zz, expect: '\\x4'",
+            "'\\x4'",
+            "expect: \\x must be followed by two hex digits",
+        ),
+        (
+            "protocol: udp, port: 7, send: zz, query_name: a.example.",
+            "a.example.",
+            "query_name is only for dns monitors",
+        ),
+        ("protocol: icmp, port: 7", "7", "port is not allowed on an icmp monitor"),
+        ("protocol: icmp, count: 11", "11", "count must be between 1 and 10, got 11"),
+        ("protocol: icmp, max_loss: 100", "100", "max_loss must be between 0 and 99, got 100"),
+        ("protocol: icmp, max_rtt: 2m", "2m", "max_rtt must be above 0 and at most 1m"),
+        ("protocol: icmp, max_rtt: fast", "fast", "max_rtt: invalid duration"),
+        ("protocol: icmp, send: zz", "zz", "send is only for udp monitors"),
+        ("protocol: tcp, port: 7, count: 2", "2", "count is only for icmp monitors"),
+        ("protocol: http, expect: yy", "yy", "expect is only for udp monitors"),
+        ("protocol: http, answer_contains: qq", "qq", "answer_contains is only for dns monitors"),
+        ("protocol: json, pointer: /s", "{ name: a", "a json monitor needs a url"),
+        ("protocol: json, url: 'http://h.example/'", "{ name: a", "a json monitor needs a pointer"),
+        (
+            "protocol: json, url: 'ftp://h.example/', pointer: /s",
+            "'ftp",
+            "url: \"ftp://h.example/\" must start with http:// or https://",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: s",
+            "s }",
+            "pointer: \"s\" must be empty or start with /",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, port: 8080",
+            "8080",
+            "port is not allowed on a json monitor",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, healthy_when: 'about 3'",
+            "'about",
+            "healthy_when must be a comparison",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, missing: never",
+            "never",
+            "missing must be healthy, unhealthy or last_known, got \"never\"",
+        ),
+        (
+            "protocol: json, url: 'http://h.example/', pointer: /s, metric: up",
+            "up }",
+            "metric is only for prometheus monitors",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', healthy_when: '>= 1'",
+            "{ name: a",
+            "a prometheus monitor needs a metric",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', metric: up",
+            "{ name: a",
+            "a prometheus monitor needs healthy_when",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', metric: '9up', healthy_when: '>= 1'",
+            "'9up'",
+            "metric: ",
+        ),
+        (
+            "protocol: prometheus, url: 'http://h.example/', metric: up, healthy_when: '>= 1', pointer: /x",
+            "/x",
+            "pointer is only for json monitors",
+        ),
+        (
+            "protocol: tcp, port: 7, missing: healthy",
+            "healthy",
+            "missing is only for json and prometheus monitors",
+        ),
+        (
+            "protocol: http, url: 'http://h.example/'",
+            "'http",
+            "url is only for json and prometheus monitors",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (monitor, pointed, msg) in cases {
+        let yaml = format!("name: www\nrouting: priority\nmonitor: {{ {monitor} }}\n{EP}");
+        let at = where_in(&yaml, pointed);
+        let errors = errors_of(SERVER, &yaml);
+        if !errors.iter().any(|e| e.starts_with(&format!("{at}: ")) && e.contains(msg)) {
+            failures.push(format!("{monitor}: want {at}: ..{msg}.., got {errors:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // The endpoint's own setting is the one located.
+    let yaml = "name: www\nrouting: priority\nmonitor: { protocol: dns, query_name: a.example. }\nendpoints:\n  - { name: a, target: 192.0.2.1, monitor: { query_type: NOPE } }\n";
+    let errors = errors_of(SERVER, yaml);
+    let at = where_in(yaml, "NOPE");
+    assert!(errors.iter().any(|e| e.starts_with(&format!("{at}: query_type"))), "{errors:?}");
+}

@@ -94,10 +94,11 @@ fn age(sink: &mut Sink<'_>, v: &Loc<String>) -> Option<Duration> {
     Some(d)
 }
 
-/// `missing`, `file` and `max_age` set on a probe monitor are errors.
+/// `file` and `max_age` set on a probe monitor are errors (`missing` is checked with the
+/// probe settings: json and prometheus monitors take it).
 pub fn not_on_a_probe(sink: &mut Sink<'_>, ep: Option<&RawMonitor>, protocol: Protocol) {
     let Some(m) = ep else { return };
-    for (key, v) in [("missing", &m.missing), ("file", &m.file), ("max_age", &m.max_age)] {
+    for (key, v) in [("file", &m.file), ("max_age", &m.max_age)] {
         if let Some(v) = v.as_deref() {
             let msg = format!("{key} does not apply to a {} monitor", protocol.as_str());
             sink.on(v, msg);

@@ -29,6 +29,7 @@ mod notify;
 pub mod overrides;
 mod par;
 mod probe;
+mod probe_params;
 mod profiles;
 mod rate_limit;
 pub mod raw;

@@ -9,7 +9,7 @@ use crate::diag::{Pos, Sink};
 use crate::model::{Monitor, Protocol};
 
 /// The effective value of one field: the endpoint's when set, else the profile's.
-fn pick<'a, T>(
+pub(super) fn pick<'a, T>(
     ep: Option<&'a RawMonitor>,
     pr: Option<&'a RawMonitor>,
     f: impl Fn(&'a RawMonitor) -> Option<&'a T>,
@@ -29,6 +29,9 @@ pub fn resolve(
     let name = name(sink, pick(endpoint, profile, |m| m.name.as_deref()), protocol);
     if !protocol.is_probed() {
         let external = super::external::resolve(sink, endpoint, profile, protocol, at);
+        // The profile's `monitor` gives no defaults to external monitors, so only the
+        // endpoint's own keys are checked against the protocol.
+        let params = super::probe_params::resolve(sink, endpoint, None, protocol, at);
         let monitor = Monitor {
             name,
             protocol,
@@ -41,6 +44,7 @@ pub fn resolve(
             headers: Vec::new(),
             body_contains: None,
             tls_verify: false,
+            params,
             external,
         };
         return (sink.errors.len() == before).then_some(monitor);
@@ -48,8 +52,8 @@ pub fn resolve(
     super::external::not_on_a_probe(sink, endpoint, protocol);
     let port = port(sink, pick(endpoint, profile, |m| m.port.as_deref()), protocol, at);
     let path = pick(endpoint, profile, |m| m.path.as_deref());
-    if let (Protocol::Tcp, Some(p)) = (protocol, path) {
-        sink.on(p, "path is not allowed on a tcp monitor");
+    if let (Some(p), false) = (path, matches!(protocol, Protocol::Http | Protocol::Https)) {
+        sink.on(p, format!("path is not allowed on a {} monitor", Protocol::as_str(protocol)));
     }
     let path = path.map_or_else(|| "/".to_string(), |p| p.value.clone());
     if !path.starts_with('/') {
@@ -60,6 +64,7 @@ pub fn resolve(
         .map_or(Some(3), |v| int_in(sink, v, 0, 9, "tolerated_failures"));
     let expected = expected_status(sink, pick(endpoint, profile, |m| m.expected_status.as_deref()));
     let headers = headers(sink, pick(endpoint, profile, |m| m.headers.as_deref()));
+    let params = super::probe_params::resolve(sink, endpoint, profile, protocol, at);
     let monitor = Monitor {
         name,
         protocol,
@@ -74,6 +79,7 @@ pub fn resolve(
             .map(|b| b.value.clone()),
         tls_verify: pick(endpoint, profile, |m| m.tls_verify.as_deref()).is_some_and(|b| b.value),
         external: None,
+        params,
     };
     (sink.errors.len() == before).then_some(monitor)
 }
@@ -83,13 +89,17 @@ fn protocol(sink: &mut Sink<'_>, v: Option<&Loc<String>>) -> Option<Protocol> {
         None | Some("http") => Some(Protocol::Http),
         Some("https") => Some(Protocol::Https),
         Some("tcp") => Some(Protocol::Tcp),
+        Some("dns") => Some(Protocol::Dns),
+        Some("udp") => Some(Protocol::Udp),
+        Some("icmp") => Some(Protocol::Icmp),
+        Some("json") => Some(Protocol::Json),
+        Some("prometheus") => Some(Protocol::Prometheus),
+        Some("grpc") => Some(Protocol::Grpc),
         Some("pushed") => Some(Protocol::Pushed),
         Some("file") => Some(Protocol::File),
         Some(other) => {
-            sink.on(
-                v?,
-                format!("protocol must be http, https, tcp, pushed or file, got {other:?}"),
-            );
+            let known = "http, https, tcp, dns, udp, icmp, json, prometheus, grpc, pushed or file";
+            sink.on(v?, format!("protocol must be {known}, got {other:?}"));
             None
         }
     }
@@ -110,14 +120,28 @@ fn name(sink: &mut Sink<'_>, v: Option<&Loc<String>>, protocol: Protocol) -> Str
 
 fn port(sink: &mut Sink<'_>, v: Option<&Loc<Int>>, protocol: Protocol, at: Pos) -> Option<u16> {
     match (v, protocol) {
+        (Some(v), Protocol::Icmp | Protocol::Json | Protocol::Prometheus) => {
+            let message = match protocol {
+                Protocol::Icmp => "port is not allowed on an icmp monitor".to_string(),
+                _ => format!(
+                    "port is not allowed on a {} monitor: the url gives it",
+                    Protocol::as_str(protocol)
+                ),
+            };
+            sink.on(v, message);
+            None
+        }
         (Some(v), _) => int_in(sink, v, 1, 65535, "port"),
         (None, Protocol::Http) => Some(80),
         (None, Protocol::Https) => Some(443),
-        (None, Protocol::Tcp) => {
-            sink.at(at, "a tcp monitor needs a port");
+        (None, Protocol::Dns) => Some(53),
+        (None, Protocol::Tcp | Protocol::Udp | Protocol::Grpc) => {
+            sink.at(at, format!("a {} monitor needs a port", Protocol::as_str(protocol)));
             None
         }
         (None, Protocol::Pushed | Protocol::File) => Some(0),
+        // Echoes have no port; 0 keeps the probe key's field meaningless but equal.
+        (None, Protocol::Icmp | Protocol::Json | Protocol::Prometheus) => Some(0),
     }
 }
 

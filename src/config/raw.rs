@@ -713,9 +713,44 @@ pub struct RawMonitor {
     pub body_contains: Option<Box<Loc<String>>>,
     /// https: validate the certificate (default false).
     pub tls_verify: Option<Box<Loc<bool>>>,
-    /// pushed, file: what the monitor counts as without data (no live push, no line for
-    /// the endpoint, a stale file): `healthy`, `unhealthy` or `last_known` (default
-    /// `unhealthy`).
+    /// dns: the name asked (required on dns monitors).
+    pub query_name: Option<Box<Loc<String>>>,
+    /// dns: the query type, a mnemonic such as A, AAAA, TXT, SOA (default A).
+    pub query_type: Option<Box<Loc<String>>>,
+    /// dns: the RCODE the answer must have, a name (NOERROR, NXDOMAIN, ...) or a number
+    /// 0..4095 (default NOERROR).
+    pub expected_rcode: Option<Box<Loc<StatusSpec>>>,
+    /// dns: an address equal to an A or AAAA answer, or text found in the presentation
+    /// form of an answer's RDATA.
+    pub answer_contains: Option<Box<Loc<String>>>,
+    /// udp: the datagram sent, text with escapes (`\n`, `\r`, `\t`, `\0`, `\\`, `\xHH`), at most
+    /// 512 bytes (required on udp monitors).
+    pub send: Option<Box<Loc<String>>>,
+    /// udp: bytes the reply must contain, written like `send` (default: any reply).
+    pub expect: Option<Box<Loc<String>>>,
+    /// icmp: echo requests per check, 1..10 (default 3).
+    pub count: Option<Box<Loc<Int>>>,
+    /// icmp: the most echoes that may go unanswered, a percentage 0..99 (default 67).
+    pub max_loss: Option<Box<Loc<Int>>>,
+    /// icmp: the longest round trip accepted (default: no limit but the timeout).
+    #[schemars(with = "Option<DurationText>")]
+    pub max_rtt: Option<Box<Loc<String>>>,
+    /// json, prometheus: the feed's `http://` or `https://` URL (required).
+    pub url: Option<Box<Loc<String>>>,
+    /// json: an RFC 6901 pointer to the status or number (required; `""` for the whole
+    /// document).
+    pub pointer: Option<Box<Loc<String>>>,
+    /// prometheus: the sample, `name` or `name{label="value",...}` (required).
+    pub metric: Option<Box<Loc<String>>>,
+    /// json, prometheus: when the number read is healthy, `< 0.8`, `>= 1`, `== 0`, ...
+    /// (required on prometheus; on json, without it the value is a status word).
+    pub healthy_when: Option<Box<Loc<String>>>,
+    /// grpc: the service name asked about (default "", the whole server).
+    pub service: Option<Box<Loc<String>>>,
+    /// pushed, file, json, prometheus: what the monitor counts as without data (no live
+    /// push, no line for the endpoint, a stale file, a feed without the value): `healthy`,
+    /// `unhealthy` or `last_known` (default `unhealthy` for pushed and file, `last_known`
+    /// for json and prometheus).
     #[schemars(with = "Option<MissingPolicy>")]
     pub missing: Option<Box<Loc<String>>>,
     /// file: the file of `PROFILE/ENDPOINT STATUS [REASON]` lines (required).

@@ -227,8 +227,8 @@ text_schema!(
 );
 
 text_schema!(
-    /// `monitor.missing`, as `monitor::missing` reads it.
-    MissingPolicy as "MissingData",
+    /// `monitor.missing`, as `monitor::missing` and `probe_params::missing` read it.
+    MissingPolicy as "MissingPolicy",
     json_schema!({ "type": "string", "enum": ["healthy", "unhealthy", "last_known"] })
 );
 
@@ -297,7 +297,9 @@ impl JsonSchema for RoutingMethod {
     }
 }
 
-const PROTOCOLS: [&str; 5] = ["http", "https", "tcp", "pushed", "file"];
+const PROTOCOLS: [&str; 11] = [
+    "http", "https", "tcp", "dns", "udp", "icmp", "json", "prometheus", "grpc", "pushed", "file",
+];
 
 /// `str::trim`, then `i64` parsing (which takes a sign).
 const INTEGER_PATTERN: &str = r"^\s*[+-]?[0-9]+\s*$";
@@ -396,9 +398,16 @@ mod tests {
         for protocol in PROTOCOLS {
             let raw = super::super::raw::RawMonitor {
                 protocol: Some(Box::new(loc(protocol.to_string()))),
-                port: (protocol != "pushed" && protocol != "file")
+                port: (!matches!(protocol, "icmp" | "json" | "prometheus" | "pushed" | "file"))
                     .then(|| Box::new(loc(Int(8080)))),
                 file: (protocol == "file").then(|| Box::new(loc("/run/health".to_string()))),
+                query_name: (protocol == "dns").then(|| Box::new(loc("example.com.".to_string()))),
+                send: (protocol == "udp").then(|| Box::new(loc("ping".to_string()))),
+                url: matches!(protocol, "json" | "prometheus")
+                    .then(|| Box::new(loc("http://127.0.0.1/".to_string()))),
+                pointer: (protocol == "json").then(|| Box::new(loc("/status".to_string()))),
+                metric: (protocol == "prometheus").then(|| Box::new(loc("up".to_string()))),
+                healthy_when: (protocol == "prometheus").then(|| Box::new(loc(">= 1".to_string()))),
                 ..Default::default()
             };
             let mut errors = Vec::new();

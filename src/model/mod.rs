@@ -16,6 +16,7 @@ pub mod load;
 pub mod monitor_rule;
 pub mod notify;
 pub mod presigned;
+pub mod probe_params;
 pub mod profile;
 pub mod sigcache;
 pub mod sign_counts;

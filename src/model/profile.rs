@@ -271,6 +271,8 @@ pub struct Monitor {
     pub headers: Vec<(String, String)>,
     pub body_contains: Option<String>,
     pub tls_verify: bool,
+    /// What dns, udp and icmp probes send and expect.
+    pub params: super::probe_params::ProbeParams,
     /// `pushed` and `file` monitors: where their results come from; `None` for probes.
     pub external: Option<super::external::ExternalMonitor>,
 }
@@ -287,6 +289,12 @@ pub enum Protocol {
     Http,
     Https,
     Tcp,
+    Dns,
+    Udp,
+    Icmp,
+    Json,
+    Prometheus,
+    Grpc,
     /// Results pushed through the admin API.
     Pushed,
     /// Results read from a watched file.
@@ -299,6 +307,12 @@ impl Protocol {
             Protocol::Http => "http",
             Protocol::Https => "https",
             Protocol::Tcp => "tcp",
+            Protocol::Dns => "dns",
+            Protocol::Udp => "udp",
+            Protocol::Icmp => "icmp",
+            Protocol::Json => "json",
+            Protocol::Prometheus => "prometheus",
+            Protocol::Grpc => "grpc",
             Protocol::Pushed => "pushed",
             Protocol::File => "file",
         }

@@ -1,4 +1,6 @@
-//! One health check of one probe: an HTTP(S) GET or a TCP connect (`docs/probing.md`).
+//! One health check of one probe: an HTTP(S) GET, a TCP connect, or a dns query, udp
+//! exchange, icmp echoes, gRPC health call or pulled health feed (`dns`, `udp`, `icmp`,
+//! `grpc`, `feed`; `docs/probing.md`).
 //!
 //! Everything that does not change between runs (the request bytes, the TLS client and
 //! server name) is prepared once per probe in `Check::new`; `Check::run` does the I/O, over
@@ -23,10 +25,16 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 
+use super::dns::DnsCheck;
+use super::feed::FeedCheck;
+use super::grpc::GrpcCheck;
 use super::http::{self, HttpError};
+use super::icmp::IcmpCheck;
 use super::plan::{ProbeKey, ProbeTarget};
 pub use super::tls::Clients;
+use super::udp::UdpCheck;
 use crate::model::Protocol;
+use crate::model::probe_params::{ProbeParams, rcode_text};
 use crate::model::snapshot::ProbeSource;
 
 /// Where probes connect from: swapped on reload, read at every connect, so a new
@@ -64,6 +72,39 @@ pub enum Reason {
     /// This host ran out of something (file descriptors, buffers, local ports, memory)
     /// before the check could ask the endpoint anything; the innermost error text.
     Local(String),
+    /// dns: the answer's RCODE is not `expected_rcode`.
+    Rcode {
+        got: u16,
+        expected: u16,
+    },
+    /// dns: no answer record holds `answer_contains`.
+    Answer(String),
+    /// udp: the reply lacks `expect`; both escaped, the reply's first 64 bytes.
+    Reply {
+        expected: String,
+        got: String,
+    },
+    /// udp: nothing came back within this long.
+    NoReply(Duration),
+    /// icmp: more echoes went unanswered than `max_loss` allows.
+    Loss {
+        lost: u8,
+        sent: u8,
+    },
+    /// icmp: the slowest echo took longer than `max_rtt`.
+    Rtt {
+        got: Duration,
+        max: Duration,
+    },
+    /// json, prometheus: the feed could not be read or parsed.
+    Feed(String),
+    /// json, prometheus: the feed answered without the value (the monitor's `missing`
+    /// policy decides what that counts as).
+    NoData(String),
+    /// json, prometheus: the value read is not healthy.
+    Value(String),
+    /// grpc: the health answer is not SERVING, or the call failed.
+    Grpc(String),
 }
 
 impl Reason {
@@ -80,6 +121,16 @@ impl Reason {
             Reason::Other(_) => "error",
             Reason::Addresses(all) => all.first().map_or("error", |(_, r)| r.kind()),
             Reason::Local(_) => "local",
+            Reason::Rcode { .. } => "rcode",
+            Reason::Answer(_) => "answer",
+            Reason::Reply { .. } => "reply",
+            Reason::NoReply(_) => "timeout",
+            Reason::Loss { .. } => "loss",
+            Reason::Rtt { .. } => "rtt",
+            Reason::Feed(_) => "feed",
+            Reason::NoData(_) => "nodata",
+            Reason::Value(_) => "value",
+            Reason::Grpc(_) => "grpc",
         }
     }
 
@@ -122,6 +173,25 @@ impl fmt::Display for Reason {
             Reason::Resolve { name, error } => write!(f, "cannot resolve {name}: {error}"),
             Reason::Setup(e) | Reason::Other(e) => f.write_str(e),
             Reason::Local(e) => write!(f, "local resources: {e}"),
+            Reason::Rcode { got, expected } => {
+                write!(f, "RCODE {}, expected {}", rcode_text(*got), rcode_text(*expected))
+            }
+            Reason::Answer(a) => write!(f, "answer does not contain {a:?}"),
+            Reason::Reply { expected, got } => {
+                write!(f, "reply does not contain \"{expected}\": got \"{got}\"")
+            }
+            Reason::NoReply(d) => write!(f, "no reply within {}", humantime::format_duration(*d)),
+            Reason::Feed(e) => write!(f, "feed: {e}"),
+            Reason::NoData(e) => write!(f, "no data: {e}"),
+            Reason::Value(e) => f.write_str(e),
+            Reason::Grpc(e) => write!(f, "gRPC health: {e}"),
+            Reason::Loss { lost, sent } => write!(f, "{lost} of {sent} echoes lost"),
+            Reason::Rtt { got, max } => write!(
+                f,
+                "round trip {}, above max_rtt {}",
+                humantime::format_duration(*got),
+                humantime::format_duration(*max)
+            ),
             Reason::Addresses(all) => {
                 // The same failure everywhere reads better once, without addresses.
                 if all.windows(2).all(|w| w[0].1 == w[1].1)
@@ -150,6 +220,12 @@ enum Kind {
     Tcp,
     // Boxed: a check is built once per probe, and tcp probes should not carry HTTP's size.
     Http(Box<Result<Http, String>>),
+    Dns(Box<Result<DnsCheck, String>>),
+    Udp(Box<UdpCheck>),
+    Icmp(Box<IcmpCheck>, Option<String>),
+    /// Reads its URL, not the target.
+    Feed(Box<FeedCheck>),
+    Grpc(Box<GrpcCheck>),
 }
 
 struct Http {
@@ -173,6 +249,23 @@ impl Check {
                 "{} monitors are not probed",
                 m.protocol.as_str()
             )))),
+            Protocol::Dns
+            | Protocol::Udp
+            | Protocol::Icmp
+            | Protocol::Json
+            | Protocol::Prometheus
+            | Protocol::Grpc => match &m.params {
+                ProbeParams::Dns(p) => Kind::Dns(Box::new(DnsCheck::new(p))),
+                ProbeParams::Udp(p) => Kind::Udp(Box::new(UdpCheck::new(p, m.timeout))),
+                ProbeParams::Icmp(p) => {
+                    Kind::Icmp(Box::new(IcmpCheck::new(p, m.timeout)), IcmpCheck::setup_error())
+                }
+                ProbeParams::Feed(p) => Kind::Feed(Box::new(FeedCheck::new(p, m.timeout))),
+                ProbeParams::Grpc(p) => Kind::Grpc(Box::new(GrpcCheck::new(&p.service))),
+                ProbeParams::None => {
+                    Kind::Dns(Box::new(Err("the monitor has no settings for its protocol".into())))
+                }
+            },
         };
         Check { target: key.target.clone(), port: m.port, kind, sources }
     }
@@ -181,12 +274,18 @@ impl Check {
     pub fn setup_error(&self) -> Option<&str> {
         match &self.kind {
             Kind::Http(h) => h.as_ref().as_ref().err().map(String::as_str),
-            Kind::Tcp => None,
+            Kind::Dns(d) => d.as_ref().as_ref().err().map(String::as_str),
+            Kind::Icmp(_, e) => e.as_deref(),
+            Kind::Feed(f) => f.setup_error(),
+            Kind::Tcp | Kind::Udp(_) | Kind::Grpc(_) => None,
         }
     }
 
     /// Runs the check once, against every address of a host-name target.
     pub async fn run(&self) -> Result<(), Reason> {
+        if let Kind::Feed(f) = &self.kind {
+            return f.run().await;
+        }
         match &self.target {
             ProbeTarget::Ip(ip) => self.one(*ip).await,
             ProbeTarget::Host(name) => {
@@ -205,6 +304,14 @@ impl Check {
                 Err(e) => Err(Reason::Setup(e.clone())),
                 Ok(h) => h.get(addr, source).await,
             },
+            Kind::Dns(d) => match d.as_ref() {
+                Err(e) => Err(Reason::Setup(e.clone())),
+                Ok(d) => d.run(addr, source).await,
+            },
+            Kind::Udp(u) => u.run(addr, source).await,
+            Kind::Icmp(i, _) => i.run(ip, source).await,
+            Kind::Feed(f) => f.run().await,
+            Kind::Grpc(g) => g.run(addr).await,
         }
     }
 }
@@ -279,8 +386,28 @@ fn host_text(name: &crate::wire::name::WireName) -> String {
     text.strip_suffix('.').map(str::to_string).unwrap_or(text)
 }
 
+/// A UDP socket connected to `addr`, bound to `source` when given: replies from any other
+/// address are dropped by the kernel, and an ICMP port unreachable reads as `Refused`.
+pub(super) async fn udp_socket(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+) -> Result<tokio::net::UdpSocket, Reason> {
+    let any = if addr.is_ipv4() {
+        IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+    };
+    let local = SocketAddr::new(source.unwrap_or(any), 0);
+    let socket = tokio::net::UdpSocket::bind(local).await.map_err(|e| match source {
+        Some(source) => bind_reason(source, &e),
+        None => classify(&e),
+    })?;
+    socket.connect(addr).await.map_err(|e| classify(&e))?;
+    Ok(socket)
+}
+
 /// A fresh connection to `addr`, bound to `source` when given; a tcp check is just this.
-async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, Reason> {
+pub(super) async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, Reason> {
     let Some(source) = source else {
         return TcpStream::connect(addr).await.map_err(|e| classify(&e));
     };
@@ -379,7 +506,7 @@ async fn any_ok(checks: impl Iterator<Item = (IpAddr, BoxCheck<'_>)>) -> Result<
 /// The reason of an I/O failure: a rustls error inside is a TLS failure, a refused
 /// connect is `Refused`, a local resource shortage is `Local`, anything else reads as its
 /// innermost error.
-fn classify(err: &io::Error) -> Reason {
+pub(super) fn classify(err: &io::Error) -> Reason {
     let found = chain(err).find_map(|e| {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(Reason::Tls(tls.to_string()));
@@ -403,7 +530,7 @@ fn http_reason(err: &HttpError) -> Reason {
 /// `err` and the errors beneath it, outermost first. An `io::Error`'s `source()` is its
 /// wrapped error's source, skipping the wrapped error itself (a rustls error, say), so the
 /// chain steps into it with `get_ref` instead.
-fn chain<'a>(
+pub(super) fn chain<'a>(
     err: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(Some(err), |&e: &&'a (dyn StdError + 'static)| {
@@ -415,11 +542,11 @@ fn chain<'a>(
 }
 
 /// The text of the deepest error in a chain.
-fn innermost(err: &(dyn StdError + 'static)) -> String {
+pub(super) fn innermost(err: &(dyn StdError + 'static)) -> String {
     chain(err).last().unwrap_or(err).to_string()
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub(super) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 

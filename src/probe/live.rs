@@ -46,8 +46,10 @@ pub struct StatusChange {
 }
 
 /// Every `ProbeResult::kind`, in the order `EndpointState::results` counts them.
-pub const KINDS: [&str; 9] =
-    ["ok", "status", "body", "timeout", "refused", "tls", "resolve", "setup", "error"];
+pub const KINDS: [&str; 18] = [
+    "ok", "status", "body", "timeout", "refused", "tls", "resolve", "setup", "error", "rcode",
+    "answer", "reply", "loss", "rtt", "feed", "nodata", "value", "grpc",
+];
 
 /// What `Live::view` shows of a probe.
 #[derive(Clone, Debug)]
@@ -181,7 +183,10 @@ impl Live {
     /// Applies one result: updates the state machine, publishes a changed status to every
     /// user's slot, and logs.
     pub fn record(&self, result: Result<(), Reason>, latency: Duration) {
-        let ok = result.is_ok();
+        let no_data = matches!(result, Err(Reason::NoData(_)));
+        let counted =
+            super::state::counted(result.is_ok(), no_data, self.key.monitor.params.missing());
+        let ok = counted == Some(true);
         let reason = result.as_ref().err().map(ToString::to_string);
         let kind = result.as_ref().err().map_or("ok", Reason::kind);
         let last = ProbeResult { at: SystemTime::now(), ok, reason, kind, latency };
@@ -195,19 +200,22 @@ impl Live {
             latency_ms = latency.as_secs_f64() * 1000.0,
             "probe result"
         );
-        if let Some((from, own)) = self.apply(last) {
+        if let Some((from, own)) = self.apply(last, counted.is_some()) {
             self.log_own_change(from, &own);
         }
     }
 
     /// Updates the state under the lock, publishing a change to the endpoints; returns
     /// this replica's own change in a cluster (the status before, and the view now).
-    fn apply(&self, last: ProbeResult) -> Option<(Status, OwnView)> {
+    /// A result that does not `count` (no data, `missing: last_known`) is shown but leaves
+    /// the status machine alone.
+    fn apply(&self, last: ProbeResult, count: bool) -> Option<(Status, OwnView)> {
         let mut inner = self.lock();
         if inner.stopped {
             return None;
         }
-        let change = inner.machine.apply(last.ok, self.key.monitor.tolerated_failures);
+        let tolerated = self.key.monitor.tolerated_failures;
+        let change = if count { inner.machine.apply(last.ok, tolerated) } else { None };
         if let Some(i) = KINDS.iter().position(|k| *k == last.kind) {
             inner.counts[i] += 1;
         }
@@ -330,6 +338,7 @@ mod tests {
             body_contains: None,
             tls_verify: false,
             external: None,
+            params: Default::default(),
         };
         ProbeKey { target: ProbeTarget::Ip([192, 0, 2, 1].into()), monitor }
     }

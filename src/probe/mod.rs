@@ -2,7 +2,9 @@
 //! into the health table the query path reads (rules in `docs/probing.md`).
 //!
 //! `plan` decides which probes a snapshot needs, `check` does one probe (over `http`, a
-//! lean HTTP/1.1 GET, and `tls`, the shared TLS client configurations), `state` is the
+//! lean HTTP/1.1 GET, and `tls`, the shared TLS client configurations; or `dns`, `udp`,
+//! `icmp`, `grpc`, and `feed` over `pull`, the feed reader the load feeds share, with
+//! `exposition` for Prometheus text), `state` is the
 //! pure status machine, `live` holds a running probe's state and publishes it, and
 //! `schedule` is each probe's loop. `Prober` ties them together across reloads: `adopt`
 //! keeps probes whose definition did not change (state and phase included), stops the ones
@@ -16,18 +18,25 @@
 
 pub mod check;
 mod consensus;
+mod dns;
 mod endpoint;
+pub mod exposition;
 mod external;
-mod health_files;
+mod feed;
 pub mod flatten;
+mod grpc;
+mod health_files;
 mod http;
+mod icmp;
 mod live;
 pub mod lookup;
 pub mod plan;
+pub mod pull;
 pub mod pushed;
 mod schedule;
 pub mod state;
 pub mod tls;
+mod udp;
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};

@@ -70,7 +70,7 @@ pub struct Stats {
     missed: AtomicU64,
     lag_sum_us: AtomicU64,
     max_lag_us: AtomicU64,
-    durations: [Durations; 3],
+    durations: [Durations; 9],
     skipped_local: AtomicU64,
     /// When a skipped run was last logged (ms since the Unix epoch), for the rate limit.
     skipped_logged_ms: AtomicU64,
@@ -157,23 +157,30 @@ impl Stats {
     }
 
     pub fn durations(&self) -> Vec<DurationHistogram> {
-        [Protocol::Http, Protocol::Https, Protocol::Tcp]
-            .into_iter()
-            .map(|p| {
-                let h = &self.durations[protocol_index(p)];
-                let buckets: Vec<(f64, u64)> = DURATION_BUCKETS
-                    .iter()
-                    .zip(&h.buckets)
-                    .map(|(b, n)| (*b, n.load(Ordering::Relaxed)))
-                    .collect();
-                DurationHistogram {
-                    protocol: protocol_name(p),
-                    sum: h.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
-                    count: buckets.iter().map(|(_, n)| n).sum(),
-                    buckets,
-                }
-            })
-            .collect()
+        [
+            Protocol::Http,
+            Protocol::Https,
+            Protocol::Tcp,
+            Protocol::Dns,
+            Protocol::Udp,
+            Protocol::Icmp,
+        ]
+        .into_iter()
+        .map(|p| {
+            let h = &self.durations[protocol_index(p)];
+            let buckets: Vec<(f64, u64)> = DURATION_BUCKETS
+                .iter()
+                .zip(&h.buckets)
+                .map(|(b, n)| (*b, n.load(Ordering::Relaxed)))
+                .collect();
+            DurationHistogram {
+                protocol: protocol_name(p),
+                sum: h.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+                count: buckets.iter().map(|(_, n)| n).sum(),
+                buckets,
+            }
+        })
+        .collect()
     }
 
     pub fn read(&self, probes: usize) -> ProberStats {
@@ -192,8 +199,14 @@ fn protocol_index(p: Protocol) -> usize {
     match p {
         Protocol::Http => 0,
         Protocol::Https => 1,
-        // Not probed: their checks never run, so they are counted nowhere in practice.
+        // pushed and file: never probed, so they are counted nowhere in practice.
         Protocol::Tcp | Protocol::Pushed | Protocol::File => 2,
+        Protocol::Dns => 3,
+        Protocol::Udp => 4,
+        Protocol::Icmp => 5,
+        Protocol::Json => 6,
+        Protocol::Prometheus => 7,
+        Protocol::Grpc => 8,
     }
 }
 
@@ -269,6 +282,7 @@ mod tests {
                 body_contains: None,
                 tls_verify: false,
                 external: None,
+                params: Default::default(),
             },
         }
     }

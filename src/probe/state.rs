@@ -6,6 +6,19 @@
 //! flapping backend does not flap the answers.
 
 use crate::model::health::Status;
+use crate::model::probe_params::MissingData;
+
+/// What one result counts as for the machine: a success, a failure, or nothing (`None`:
+/// no data with `missing: last_known`). `no_data` results follow the monitor's `missing`
+/// policy; a monitor without one counts them as failures.
+pub fn counted(ok: bool, no_data: bool, missing: Option<MissingData>) -> Option<bool> {
+    match (no_data, missing) {
+        (false, _) => Some(ok),
+        (true, Some(MissingData::Healthy)) => Some(true),
+        (true, Some(MissingData::LastKnown)) => None,
+        (true, Some(MissingData::Unhealthy) | None) => Some(false),
+    }
+}
 
 /// A status transition caused by one probe result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +113,22 @@ mod tests {
         ];
         for (tolerated, results, want) in cases {
             assert_eq!(run(*tolerated, results), *want, "tolerated {tolerated}, results {results}");
+        }
+    }
+
+    #[test]
+    fn missing_data_policies() {
+        use MissingData::*;
+        let cases = [
+            (true, false, Some(LastKnown), Some(true)),
+            (false, false, Some(Healthy), Some(false)),
+            (false, true, Some(Healthy), Some(true)),
+            (false, true, Some(Unhealthy), Some(false)),
+            (false, true, Some(LastKnown), None),
+            (false, true, None, Some(false)),
+        ];
+        for (ok, no_data, missing, want) in cases {
+            assert_eq!(counted(ok, no_data, missing), want, "{ok} {no_data} {missing:?}");
         }
     }
 

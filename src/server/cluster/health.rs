@@ -470,6 +470,10 @@ fn definition(key: &ProbeKey) -> String {
     ];
     fields.extend(m.expected_status.iter().map(|(lo, hi)| format!("s{lo}-{hi}")));
     fields.extend(m.headers.iter().flat_map(|(k, v)| [format!("h{k}"), v.clone()]));
+    // Only when there are some, so the ids of http, https and tcp probes stay as they were.
+    if m.params != crate::model::probe_params::ProbeParams::None {
+        fields.push(format!("p{:?}", m.params));
+    }
     fields.iter().map(|f| format!("{}:{f};", f.len())).collect()
 }
 
@@ -501,6 +505,7 @@ mod tests {
                 body_contains: None,
                 tls_verify: false,
                 external: None,
+                params: Default::default(),
             },
         }
     }

@@ -1,5 +1,5 @@
-//! Load feedback in the server (`docs/load.md`): reading each endpoint's load (`feed`,
-//! with Prometheus expositions read by `exposition`; pushed loads kept by `pushed`), the
+//! Load feedback in the server (`docs/load.md`): reading each endpoint's load (with the
+//! probes' feed reader, `probe::pull`; pushed loads kept by `pushed`), the
 //! control loop (`run`) that turns loads into effective shares every `load.interval`
 //! through `model::load::step` (`plan`), and where a step's result goes (`publisher`).
 //!
@@ -8,8 +8,6 @@
 //! counts. A step's map is applied by writing each endpoint's share into the running
 //! snapshot's `LoadTable`; a reload applies it to the new snapshot before it is swapped in.
 
-pub mod exposition;
-pub mod feed;
 pub mod plan;
 pub mod publisher;
 pub mod pushed;

@@ -15,12 +15,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::feed::{Extract, FeedError, FeedUrl, Reader};
 use super::plan::{self, Pulled, PulledReads};
 use super::publisher::{LoadPublisher, LocalPublisher};
 use super::{LoadMap, Loads};
 use crate::model::Snapshot;
 use crate::model::load::{FeedSource, LoadRules, MetricSelector};
+use crate::probe::pull::{Extract, FeedError, FeedUrl, Reader};
 use crate::server::control::Control;
 
 /// The most feed reads in flight at once.

@@ -1,10 +1,11 @@
-//! Reading one pulled load feed: an HTTP(S) GET of the feed's URL, bounded by the rules'
-//! `timeout` (connection, TLS, request and body together) and `MAX_BODY`, then the load
-//! out of the body: the body as a JSON number, the number at an RFC 6901 pointer, or the
-//! one sample of a Prometheus text exposition that the selector picks (`exposition`).
+//! Reading one pulled feed (a load feed of `server::load`, or a json or prometheus health
+//! monitor): an HTTP(S) GET of the feed's URL, bounded by a timeout (connection, TLS,
+//! request and body together) and `MAX_BODY`, then a value out of the body: the body as a
+//! JSON number, the value at an RFC 6901 pointer, or the one sample of a Prometheus text
+//! exposition that the selector picks (`exposition`).
 //!
-//! The request goes out over the probes' HTTP/1.1 reader (`probe::http_get`: bounded
-//! head, interim responses and chunk lines) and their TLS clients (the system's roots),
+//! The request goes out over the probes' HTTP/1.1 reader (`http`: bounded head, interim
+//! responses and chunk lines) and their TLS clients (the system's roots),
 //! on a fresh connection each time; every failure is a `FeedError` with a plain message
 //! and a short `reason` for the error counter.
 
@@ -16,8 +17,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::exposition::{self, ExpositionError};
-use crate::probe::check::Clients;
-use crate::probe::http_get::{self, HttpError};
+use super::http::{self as http_get, HttpError};
+use super::tls::Clients;
 
 /// The largest body read from a feed; a longer one is an error, not a truncated reading.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -98,7 +99,7 @@ pub fn parse_body(body: &[u8], extract: Extract<'_>) -> Result<f64, FeedError> {
     if value.is_finite() && value >= 0.0 { Ok(value) } else { Err(FeedError::Invalid(value)) }
 }
 
-fn json(body: &[u8]) -> Result<serde_json::Value, FeedError> {
+pub fn json(body: &[u8]) -> Result<serde_json::Value, FeedError> {
     serde_json::from_slice(body).map_err(|e| FeedError::Json(e.to_string()))
 }
 
@@ -129,6 +130,11 @@ enum Host {
 impl FeedUrl {
     /// Parses an `http://` or `https://` URL; `accept` is the Accept header to send.
     pub fn parse(url: &str, accept: &str) -> Result<FeedUrl, FeedError> {
+        FeedUrl::parse_as(url, accept, concat!("steerdns-load/", env!("CARGO_PKG_VERSION")))
+    }
+
+    /// `parse`, sending `agent` as the User-Agent.
+    pub fn parse_as(url: &str, accept: &str, agent: &str) -> Result<FeedUrl, FeedError> {
         let bad = |why: &str| FeedError::Url { url: url.to_string(), why: why.to_string() };
         let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
         let https = match uri.scheme_str() {
@@ -149,7 +155,6 @@ impl FeedUrl {
         };
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let agent = concat!("steerdns-load/", env!("CARGO_PKG_VERSION"));
         let headers = [("user-agent".to_string(), agent.into()), ("accept".into(), accept.into())];
         let request = http_get::request(path, authority.as_str(), &headers).map_err(|e| bad(&e))?;
         Ok(FeedUrl { url: url.to_string(), https, host, port, request: request.into() })
@@ -174,6 +179,13 @@ impl Reader {
             .await
             .map_err(|_| FeedError::Timeout(timeout))??;
         parse_body(&body, extract)
+    }
+
+    /// The body of a 2xx answer to a GET of `url`, bounded by `timeout` from start to end.
+    pub async fn body(&self, url: &FeedUrl, timeout: Duration) -> Result<Vec<u8>, FeedError> {
+        tokio::time::timeout(timeout, self.fetch(url))
+            .await
+            .map_err(|_| FeedError::Timeout(timeout))?
     }
 
     /// The body of a 2xx answer to a GET of `url`.

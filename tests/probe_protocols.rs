@@ -1,0 +1,415 @@
+//! The dns, udp and icmp probes end to end: a real `Server` probing real servers on
+//! loopback. The dns probes ask a second steerdns server for names of its zone; the udp
+//! probes talk to a responder written here; the icmp probes ping 127.0.0.1 through the
+//! kernel's unprivileged ICMP sockets.
+//!
+//! Monitors use a 1s interval and a 300ms timeout; waits poll with generous deadlines
+//! instead of asserting timings.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use steerdns::model::health::Status;
+use steerdns::probe::EndpointState;
+use steerdns::server::Server;
+use tokio::net::UdpSocket;
+use tokio::time::{Instant, sleep};
+
+const SERVER: &str = r#"listen:
+  dns: ["127.0.0.1:0"]
+zones:
+  - origin: tm.example.test.
+    ns: [ns1.tm.example.test.]
+    soa: { rname: hostmaster.example.test. }
+    records: ["ns1 A 127.0.0.1", "svc TXT \"state=ready\""]
+"#;
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+const FAST: &str = "monitor: { interval: 1s, timeout: 300ms, tolerated_failures: 0 }";
+
+struct Running {
+    server: Server,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    async fn start(profiles: &str) -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_config(dir.path(), profiles);
+        let server = Server::start(&path).await.unwrap();
+        Running { server, _dir: dir }
+    }
+
+    fn dns(&self) -> SocketAddr {
+        self.server.dns_addrs()[0]
+    }
+
+    fn state(&self, endpoint: &str) -> EndpointState {
+        self.server
+            .prober()
+            .endpoint_states()
+            .into_iter()
+            .find(|s| s.profile == "www.tm.example.test." && s.endpoint == endpoint)
+            .unwrap_or_else(|| panic!("no endpoint {endpoint}"))
+    }
+
+    /// Waits until `endpoint` has `want`, then returns its state.
+    async fn wait_status(&self, endpoint: &str, want: Status) -> EndpointState {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let s = self.state(endpoint);
+            if s.status == want && s.last_probe.is_some() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{endpoint} never became {want}: {s:#?}");
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.server.shutdown().await;
+    }
+}
+
+fn write_config(dir: &Path, profiles: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("profiles")).unwrap();
+    std::fs::write(dir.join("steerdns.yaml"), SERVER).unwrap();
+    std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
+    dir.join("steerdns.yaml")
+}
+
+/// A multivalue profile `www` with one endpoint per (name, target, monitor override).
+fn profile(endpoints: &[(&str, &str, String)]) -> String {
+    let list: String = endpoints
+        .iter()
+        .map(|(name, target, m)| {
+            format!("  - {{ name: {name}, target: {target}, monitor: {{ {m} }} }}\n")
+        })
+        .collect();
+    format!("name: www\nrouting: multivalue\nmax_return: 10\n{FAST}\nendpoints:\n{list}")
+}
+
+/// Each (endpoint, expected status, expected reason) after the probes have run.
+async fn expect_all(s: &Running, cases: &[(&str, Status, Option<&str>)]) {
+    for (name, status, reason) in cases {
+        let st = s.wait_status(name, *status).await;
+        let last = st.last_probe.expect("probed");
+        assert_eq!(last.reason.as_deref(), *reason, "{name}");
+        if let Some(reason) = reason {
+            assert_eq!(st.last_change.unwrap().reason, *reason, "{name}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_probes_judge_the_rcode_and_the_answer() {
+    // The server asked: serves the zone above, probes nothing.
+    let asked = Running::start("name: other\nrouting: priority\nendpoints: []\n").await;
+    let port = asked.dns().port();
+    let dns = |extra: &str| format!("protocol: dns, port: {port}, {extra}");
+    let s = Running::start(&profile(&[
+        ("noerror", "127.0.0.1", dns("query_name: ns1.tm.example.test.")),
+        ("address", "127.0.0.1", dns("query_name: NS1.tm.example.test., answer_contains: 127.0.0.1")),
+        ("other-address", "127.0.0.1", dns("query_name: ns1.tm.example.test., answer_contains: 192.0.2.9")),
+        ("txt", "127.0.0.1", dns("query_name: svc.tm.example.test., query_type: TXT, answer_contains: state=ready")),
+        ("soa", "127.0.0.1", dns("query_name: tm.example.test., query_type: soa, answer_contains: hostmaster.example.test.")),
+        ("nxdomain", "127.0.0.1", dns("query_name: nope.tm.example.test.")),
+        ("nxdomain-expected", "127.0.0.1", dns("query_name: nope.tm.example.test., expected_rcode: NXDOMAIN")),
+        ("nxdomain-number", "127.0.0.1", dns("query_name: nope.tm.example.test., expected_rcode: 3")),
+    ]))
+    .await;
+    expect_all(
+        &s,
+        &[
+            ("noerror", Status::Online, None),
+            ("address", Status::Online, None),
+            ("other-address", Status::Degraded, Some("answer does not contain \"192.0.2.9\"")),
+            ("txt", Status::Online, None),
+            ("soa", Status::Online, None),
+            ("nxdomain", Status::Degraded, Some("RCODE NXDOMAIN, expected NOERROR")),
+            ("nxdomain-expected", Status::Online, None),
+            ("nxdomain-number", Status::Online, None),
+        ],
+    )
+    .await;
+    let kinds = s.state("nxdomain").results;
+    assert!(kinds.iter().any(|(k, n)| *k == "rcode" && *n > 0), "{kinds:?}");
+    s.stop().await;
+    asked.stop().await;
+}
+
+/// A UDP responder: answers `PONG ` and the datagram, or stays silent while `silent`.
+async fn udp_responder(ip: &str) -> (SocketAddr, Arc<Mutex<bool>>) {
+    let socket = UdpSocket::bind((ip, 0)).await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    let silent = Arc::new(Mutex::new(false));
+    let quiet = silent.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, peer)) = socket.recv_from(&mut buf).await {
+            if *quiet.lock().unwrap() {
+                continue;
+            }
+            let mut reply = b"PONG ".to_vec();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = socket.send_to(&reply, peer).await;
+        }
+    });
+    (addr, silent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_probes_need_a_matching_reply() {
+    let (echo, _) = udp_responder("127.0.0.6").await;
+    let (quiet, silent) = udp_responder("127.0.0.6").await;
+    *silent.lock().unwrap() = true;
+    // A port nobody listens on: the kernel answers with port unreachable.
+    let closed = std::net::UdpSocket::bind("127.0.0.7:0").unwrap().local_addr().unwrap();
+    let udp = |port: u16, extra: &str| format!("protocol: udp, port: {port}, {extra}");
+    let s = Running::start(&profile(&[
+        ("match", "127.0.0.6", udp(echo.port(), "send: 'PING\\x00x', expect: 'PONG PING\\x00'")),
+        ("any-reply", "127.0.0.6", udp(echo.port(), "send: hello")),
+        ("mismatch", "127.0.0.6", udp(echo.port(), "send: PING, expect: READY")),
+        ("silent", "127.0.0.6", udp(quiet.port(), "send: PING")),
+        ("closed", "127.0.0.7", udp(closed.port(), "send: PING")),
+    ]))
+    .await;
+    expect_all(
+        &s,
+        &[
+            ("match", Status::Online, None),
+            ("any-reply", Status::Online, None),
+            (
+                "mismatch",
+                Status::Degraded,
+                Some("reply does not contain \"READY\": got \"PONG PING\""),
+            ),
+            ("silent", Status::Degraded, Some("no reply within 270ms")),
+            ("closed", Status::Degraded, Some("connection refused")),
+        ],
+    )
+    .await;
+    // The silent responder speaks again: one success brings the endpoint back.
+    *silent.lock().unwrap() = false;
+    s.wait_status("silent", Status::Online).await;
+    s.stop().await;
+}
+
+const PING_GROUP_RANGE: &str = "/proc/sys/net/ipv4/ping_group_range";
+
+/// Sets the groups allowed unprivileged ICMP sockets; false where this process may not.
+fn set_ping_groups(range: &str) -> bool {
+    std::fs::write(PING_GROUP_RANGE, range).is_ok()
+}
+
+/// Puts the range back as it was when the test ends, failed or not.
+struct Restore(String);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        set_ping_groups(self.0.trim());
+    }
+}
+
+/// The icmp probe, with the kernel first forbidding and then allowing ICMP sockets. The
+/// test changes net.ipv4.ping_group_range itself (as root, as in CI) and restores it; it
+/// skips, or fails under STEERDNS_REQUIRE_TOOLS=1, where it cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icmp_probes_ping_and_say_when_the_kernel_forbids_it() {
+    let Ok(before) = std::fs::read_to_string(PING_GROUP_RANGE) else {
+        assert!(!common::tools_required(), "no {PING_GROUP_RANGE}");
+        eprintln!("skipping: no {PING_GROUP_RANGE}");
+        return;
+    };
+    if !set_ping_groups("1 0") {
+        assert!(!common::tools_required(), "cannot write {PING_GROUP_RANGE}: run as root");
+        eprintln!("skipping: cannot write {PING_GROUP_RANGE} (needs root)");
+        return;
+    }
+    let _restore = Restore(before);
+    let forbidden =
+        Running::start(&profile(&[("ping", "127.0.0.1", "protocol: icmp".into())])).await;
+    let st = forbidden.wait_status("ping", Status::Degraded).await;
+    assert_eq!(
+        st.last_probe.unwrap().reason.as_deref(),
+        Some(
+            "the kernel forbids unprivileged ICMP sockets for this group: set net.ipv4.ping_group_range"
+        )
+    );
+    forbidden.stop().await;
+
+    assert!(set_ping_groups("0 2147483647"));
+    let s = Running::start(&profile(&[
+        ("ping", "127.0.0.1", "protocol: icmp".into()),
+        ("ping-v6", "::1", "protocol: icmp, count: 2, max_loss: 0".into()),
+        ("slow", "127.0.0.1", "protocol: icmp, max_rtt: 1ns".into()),
+    ]))
+    .await;
+    let ping = s.wait_status("ping", Status::Online).await;
+    let slow = s.wait_status("slow", Status::Degraded).await;
+    let v6 = s.wait_status("ping-v6", Status::Online).await;
+    assert_eq!(ping.last_probe.unwrap().kind, "ok");
+    assert_eq!(v6.last_probe.unwrap().kind, "ok");
+    let reason = slow.last_probe.unwrap().reason.unwrap();
+    assert!(
+        reason.starts_with("round trip ") && reason.ends_with(", above max_rtt 1ns"),
+        "{reason}"
+    );
+    s.stop().await;
+}
+
+/// An HTTP server answering every GET with 200 and the current `body`.
+async fn feed_server(ip: &str) -> (SocketAddr, Arc<Mutex<String>>) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let body = Arc::new(Mutex::new(String::new()));
+    let current = body.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let current = current.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                if common::read_request_head(&mut conn).await.is_none() {
+                    return;
+                }
+                let body = current.lock().unwrap().clone();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    (addr, body)
+}
+
+fn set(body: &Arc<Mutex<String>>, text: &str) {
+    *body.lock().unwrap() = text.to_string();
+}
+
+/// json and prometheus feeds whose values change: crossing the threshold flips the status,
+/// and a value gone missing counts as each `missing` policy says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
+    let (json_addr, json) = feed_server("127.0.0.8").await;
+    let (prom_addr, prom) = feed_server("127.0.0.8").await;
+    set(&json, r#"{"status": "up", "load": 0.5}"#);
+    set(&prom, "# TYPE up gauge\nup{job=\"eu\"} 1\nup{job=\"us\"} 0\n");
+    let j = |extra: &str| format!("protocol: json, url: 'http://{json_addr}/health', {extra}");
+    let p = |extra: &str| {
+        format!(
+            "protocol: prometheus, url: 'http://{prom_addr}/metrics', metric: 'up{{job=\"eu\"}}', healthy_when: '>= 1', {extra}"
+        )
+    };
+    let s = Running::start(&profile(&[
+        ("status", "192.0.2.1", j("pointer: /status")),
+        ("load", "192.0.2.1", j("pointer: /load, healthy_when: '< 0.8'")),
+        ("prom-last", "192.0.2.1", p("missing: last_known")),
+        ("prom-healthy", "192.0.2.1", p("missing: healthy")),
+        ("prom-unhealthy", "192.0.2.1", p("missing: unhealthy")),
+    ]))
+    .await;
+    let all = ["status", "load", "prom-last", "prom-healthy", "prom-unhealthy"];
+    for name in all {
+        s.wait_status(name, Status::Online).await;
+    }
+
+    // Thresholds crossed: each degrades with the value it read.
+    set(&json, r#"{"status": "down", "load": 0.93}"#);
+    set(&prom, "up{job=\"eu\"} 0\n");
+    expect_all(
+        &s,
+        &[
+            ("status", Status::Degraded, Some("status \"down\" at JSON pointer \"/status\"")),
+            ("load", Status::Degraded, Some("value 0.93, healthy when < 0.8")),
+            ("prom-last", Status::Degraded, Some("value 0, healthy when >= 1")),
+        ],
+    )
+    .await;
+    // And back.
+    set(&json, r#"{"status": "OK", "load": 0.1}"#);
+    set(&prom, "up{job=\"eu\"} 1\n");
+    for name in all {
+        s.wait_status(name, Status::Online).await;
+    }
+
+    // The sample disappears: healthy stays online, unhealthy degrades, last_known keeps
+    // its status while showing why it had nothing to judge.
+    set(&prom, "up{job=\"us\"} 1\n");
+    let gone = Some("no data: no sample matches up{job=\"eu\"}");
+    expect_all(&s, &[("prom-unhealthy", Status::Degraded, gone)]).await;
+    let deadline = Instant::now() + PATIENCE;
+    for name in ["prom-last", "prom-healthy"] {
+        loop {
+            let st = s.state(name);
+            if st.last_probe.as_ref().and_then(|l| l.reason.as_deref()) == gone {
+                assert_eq!(st.status, Status::Online, "{name}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name}: {st:#?}");
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let kinds = s.state("prom-last").results;
+    assert!(kinds.iter().any(|(k, n)| *k == "nodata" && *n > 0), "{kinds:?}");
+    // last_known after a failure: degraded stays degraded while the data is missing.
+    set(&prom, "up{job=\"eu\"} 0\n");
+    s.wait_status("prom-last", Status::Degraded).await;
+    set(&prom, "");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let st = s.state("prom-last");
+        if st.last_probe.as_ref().map(|l| l.kind) == Some("nodata") {
+            assert_eq!(st.status, Status::Degraded);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st:#?}");
+        sleep(Duration::from_millis(50)).await;
+    }
+    s.stop().await;
+}
+
+/// A tonic health server (tonic-health's own) on loopback, switched between SERVING and
+/// NOT_SERVING; a service it does not know fails as the RPC error it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_probes_follow_the_health_service() {
+    use tonic_health::pb::health_server::HealthServer;
+    use tonic_health::server::HealthReporter;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.9:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reporter = HealthReporter::new();
+    let service = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+    reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(HealthServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let g = |extra: &str| format!("protocol: grpc, port: {}, {extra}", addr.port());
+    let s = Running::start(&profile(&[
+        ("server", "127.0.0.9", g("tolerated_failures: 0")),
+        ("shop", "127.0.0.9", g("service: shop")),
+        ("unknown", "127.0.0.9", g("service: nothing")),
+    ]))
+    .await;
+    s.wait_status("server", Status::Online).await;
+    s.wait_status("shop", Status::Online).await;
+    let unknown = s.wait_status("unknown", Status::Degraded).await;
+    let reason = unknown.last_probe.unwrap().reason.unwrap();
+    assert!(reason.starts_with("gRPC health: RPC failed: NotFound"), "{reason}");
+
+    reporter.set_service_status("shop", tonic_health::ServingStatus::NotServing).await;
+    expect_all(&s, &[("shop", Status::Degraded, Some("gRPC health: status NOT_SERVING"))]).await;
+    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
+    s.wait_status("shop", Status::Online).await;
+    s.stop().await;
+}
