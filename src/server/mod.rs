@@ -25,6 +25,7 @@ pub mod tcp;
 pub mod totals;
 pub mod udp;
 pub mod watch;
+pub mod xdp;
 
 use std::net::SocketAddr;
 use std::path::Path;
