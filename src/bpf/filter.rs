@@ -9,7 +9,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::insn::{Alu, Asm, AsmError, Cond, Insn, Reg, Size};
+use super::insn::{Alu, Asm, AsmError, Cond, Insn, Label, Reg, Size};
 
 /// XDP verdicts (`enum xdp_action`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +70,40 @@ impl Filter {
         a.mov_reg(R4, R2).alu_imm(Alu::Add, R4, i32::from(ETH_LEN));
         a.jump_reg(Cond::Gt, R4, R3, pass);
         a.load(Size::H, R5, R2, ETH_LEN - 2);
-        a.jump_imm(Cond::Eq, R5, be16(0x86dd), v6);
-        a.jump_imm(Cond::Ne, R5, be16(0x0800), pass);
+        // A family without addresses has no code at all: the verifier refuses code that
+        // cannot be reached.
+        if !self.v6.is_empty() {
+            a.jump_imm(Cond::Eq, R5, be16(0x86dd), v6);
+        }
+        if self.v4.is_empty() {
+            a.goto(pass);
+        } else {
+            self.ipv4(&mut a, pass, redirect);
+        }
+        if !self.v6.is_empty() {
+            a.bind(v6);
+            self.ipv6(&mut a, pass);
+        }
 
+        // To the socket of this receive queue; the flags' low bits are the verdict when
+        // the map has no socket there.
+        a.bind(redirect);
+        a.load(Size::W, R2, R6, CTX_RX_QUEUE);
+        a.load_map_fd(R1, xsks);
+        a.mov_imm(R3, self.unbound as i32);
+        a.call(REDIRECT_MAP);
+        a.exit();
+
+        a.bind(pass);
+        a.mov_imm(R0, Action::Pass as i32);
+        a.exit();
+        a.finish()
+    }
+
+    /// From an IPv4 EtherType on: to `redirect` if taken, else to `pass`.
+    fn ipv4(&self, a: &mut Asm, pass: Label, redirect: Label) {
+        use Reg::*;
+        a.jump_imm(Cond::Ne, R5, be16(0x0800), pass);
         // IPv4: the whole fixed header and the UDP header present.
         a.mov_reg(R4, R2).alu_imm(Alu::Add, R4, i32::from(ETH_LEN + IPV4_LEN + UDP_LEN));
         a.jump_reg(Cond::Gt, R4, R3, pass);
@@ -95,9 +126,12 @@ impl Filter {
         a.load(Size::H, R5, R2, ETH_LEN + IPV4_LEN + 2);
         a.jump_imm(Cond::Eq, R5, be16(self.port), redirect);
         a.goto(pass);
+    }
 
+    /// From an IPv6 EtherType on: falls through to the redirect if taken, else to `pass`.
+    fn ipv6(&self, a: &mut Asm, pass: Label) {
+        use Reg::*;
         // IPv6: the fixed header and the UDP header present, UDP right after the header.
-        a.bind(v6);
         a.mov_reg(R4, R2).alu_imm(Alu::Add, R4, i32::from(ETH_LEN + IPV6_LEN + UDP_LEN));
         a.jump_reg(Cond::Gt, R4, R3, pass);
         a.load(Size::B, R5, R2, ETH_LEN + 6);
@@ -117,20 +151,6 @@ impl Filter {
         a.bind(port6);
         a.load(Size::H, R5, R2, ETH_LEN + IPV6_LEN + 2);
         a.jump_imm(Cond::Ne, R5, be16(self.port), pass);
-
-        // To the socket of this receive queue; the flags' low bits are the verdict when
-        // the map has no socket there.
-        a.bind(redirect);
-        a.load(Size::W, R2, R6, CTX_RX_QUEUE);
-        a.load_map_fd(R1, xsks);
-        a.mov_imm(R3, self.unbound as i32);
-        a.call(REDIRECT_MAP);
-        a.exit();
-
-        a.bind(pass);
-        a.mov_imm(R0, Action::Pass as i32);
-        a.exit();
-        a.finish()
     }
 }
 
@@ -148,13 +168,11 @@ mod tests {
 
     #[test]
     fn every_address_adds_its_comparisons() {
-        let base = Filter { v4: vec![], v6: vec![], port: 53, unbound: Action::Pass };
+        let v4 = Ipv4Addr::new(198, 18, 0, 1);
+        let v6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let base = Filter { v4: vec![v4], v6: vec![v6], port: 53, unbound: Action::Pass };
         let n = base.program(3).unwrap().len();
-        let more = Filter {
-            v4: vec![Ipv4Addr::new(198, 18, 0, 1)],
-            v6: vec!["2001:db8::1".parse().unwrap()],
-            ..base
-        };
+        let more = Filter { v4: vec![v4, v4], v6: vec![v6, v6], ..base };
         // One compare for IPv4; four word loads, four compares and a jump for IPv6.
         assert_eq!(more.program(3).unwrap().len(), n + 1 + 9);
     }

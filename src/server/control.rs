@@ -42,6 +42,8 @@ pub struct Control {
     pub prober: Arc<Prober>,
     /// The counts of response rate limiting, kept across reloads.
     pub limiter: Arc<Limiter>,
+    /// What the AF_XDP fast path counted (all zero without `listen.xdp`).
+    pub xdp_stats: Arc<super::xdp::worker::Stats>,
     pub totals: Totals,
     /// When the running configuration's key timing next changes its keys (Unix seconds),
     /// for the reload that applies it (`key_timing`).
@@ -131,6 +133,7 @@ impl Control {
             shared: Arc::new(ArcSwap::from_pointee(snapshot)),
             prober,
             limiter: Arc::default(),
+            xdp_stats: Arc::default(),
             totals: Totals::default(),
             next_key_change: watch::Sender::new(cache.keys.next_change),
             events,

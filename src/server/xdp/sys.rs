@@ -305,5 +305,14 @@ mod tests {
         for (what, frame, want) in cases {
             assert_eq!(test_run(&prog, &frame).unwrap(), want, "{what}");
         }
+        // One family alone: the other's frames pass.
+        let v4_only = Filter { v6: vec![], ..filter.clone() };
+        let prog = load_xdp(&v4_only.program(map.as_raw_fd()).unwrap()).unwrap();
+        assert_eq!(test_run(&prog, &v4).unwrap(), matched);
+        assert_eq!(test_run(&prog, &v6).unwrap(), pass);
+        let v6_only = Filter { v4: vec![], ..filter };
+        let prog = load_xdp(&v6_only.program(map.as_raw_fd()).unwrap()).unwrap();
+        assert_eq!(test_run(&prog, &v4).unwrap(), pass);
+        assert_eq!(test_run(&prog, &v6).unwrap(), matched);
     }
 }
