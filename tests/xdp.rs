@@ -123,8 +123,11 @@ zones:
       - "ns1 A {SERVER}"
       - "www A 192.0.2.10"
       - "www AAAA 2001:db8::10"
-"#,
-            self.ifname
+{big}"#,
+            self.ifname,
+            big = (0..8)
+                .map(|i| format!("      - 'big TXT \"{}\"'\n", format!("{i}").repeat(200)))
+                .collect::<String>()
         );
         std::fs::create_dir_all(dir.join("profiles")).unwrap();
         std::fs::write(dir.join("steerdns.yaml"), config).unwrap();
@@ -252,6 +255,16 @@ fn xdp_answers_passes_the_rest_and_leaves_nothing_attached() {
     assert!(edns.contains("Version: 0;") && edns.contains("UDP size: 1232 B"), "{edns}");
     let ecs = bed.kdig(SERVER, &["+subnet=192.0.2.0/24"], "www.xdp.test", "A");
     assert!(ecs.contains("CLIENT-SUBNET: 192.0.2.0/24/0"), "{ecs}");
+    let cookie = bed.kdig(SERVER, &["+cookie=0123456789abcdef"], "www.xdp.test", "A");
+    let server_cookie = cookie
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(";; COOKIE: 0123456789ABCDEF"))
+        .unwrap_or_else(|| panic!("no cookie echoed: {cookie}"));
+    // A server cookie of RFC 9018's form: version 1, then reserved bytes, time and hash.
+    assert!(server_cookie.trim().len() == 32 && server_cookie.starts_with("01"), "{cookie}");
+    // Over the 512 bytes a query without EDNS allows: truncated, for TCP to fetch.
+    let big = bed.kdig(SERVER, &["+noedns", "+ignore", "+norec"], "big.xdp.test", "TXT");
+    assert!(big.contains("Flags: qr aa tc;"), "{big}");
     assert_eq!(bed.udp_counter("InDatagrams"), before, "answered by the UDP sockets");
 
     // TCP, ICMP and UDP to another port reach the kernel.
