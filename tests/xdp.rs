@@ -399,3 +399,51 @@ fn listen_xdp_mistakes_are_located() {
         assert_eq!(xdp_errors(xdp), want, "{xdp}");
     }
 }
+
+/// Asks through the fast path with dnspython (Debian's python3-dnspython), an independent
+/// client: an ECS query on both families, and a query with two questions (FORMERR).
+const DNSPYTHON: &str = r#"
+import socket, sys
+import dns.edns, dns.message, dns.query, dns.rcode
+for server in sys.argv[1:]:
+    q = dns.message.make_query("www.xdp.test", "A", use_edns=0,
+                               options=[dns.edns.ECSOption("192.0.2.0", 24)])
+    r = dns.query.udp(q, server, timeout=2)
+    ecs = [o for o in r.options if isinstance(o, dns.edns.ECSOption)]
+    print(server, dns.rcode.to_text(r.rcode()), r.answer[0][0].address, ecs[0].scopelen)
+    wire = bytearray(dns.message.make_query("www.xdp.test", "A").to_wire())
+    wire[5] = 2
+    wire += wire[12:]
+    family = socket.AF_INET6 if ":" in server else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    s.sendto(bytes(wire), (server, 53))
+    reply = s.recv(4096)
+    print(server, "two-questions", dns.rcode.to_text(reply[3] & 15))
+"#;
+
+#[test]
+fn dnspython_is_answered_through_xdp() {
+    let python = "/usr/bin/python3";
+    let has_dnspython = run(&[python, "-c", "import dns.edns"]).status.success();
+    if !has_dnspython {
+        assert!(!tools_required(), "python3-dnspython is not installed: CI must run this test");
+        eprintln!("skipping: dnspython is not installed (apt-get install python3-dnspython)");
+        return;
+    }
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new("c") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bed.serve(dir.path());
+    let before = bed.udp_counter("InDatagrams");
+    let out = bed.in_client(&[python, "-c", DNSPYTHON, SERVER, SERVER6]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let want = format!(
+        "{SERVER} NOERROR 192.0.2.10 0\n{SERVER} two-questions FORMERR\n\
+         {SERVER6} NOERROR 192.0.2.10 0\n{SERVER6} two-questions FORMERR\n"
+    );
+    assert_eq!(text, want);
+    assert_eq!(bed.udp_counter("InDatagrams"), before, "answered by the UDP sockets");
+    stop(&mut server, libc::SIGTERM);
+}
