@@ -110,10 +110,22 @@ impl Bed {
 
     /// Starts steerdns in the server namespace with `listen.xdp` on its interface.
     fn serve(&self, dir: &Path) -> Child {
+        let child = self.spawn(dir, 53, 8053);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.has_program() || !self.answers() {
+            assert!(Instant::now() < deadline, "steerdns did not start answering through XDP");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        child
+    }
+
+    /// Starts steerdns with sockets on `port` and the admin API on `admin`, its log in
+    /// `dir/log`, without waiting.
+    fn spawn(&self, dir: &Path, port: u16, admin: u16) -> Child {
         let config = format!(
             r#"listen:
-  dns: ["{SERVER}:53", "[{SERVER6}]:53"]
-  admin: "127.0.0.1:8053"
+  dns: ["{SERVER}:{port}", "[{SERVER6}]:{port}"]
+  admin: "127.0.0.1:{admin}"
   xdp: {{ interface: {}, addresses: [{SERVER}, "{SERVER6}"] }}
 zones:
   - origin: xdp.test.
@@ -131,20 +143,14 @@ zones:
         );
         std::fs::create_dir_all(dir.join("profiles")).unwrap();
         std::fs::write(dir.join("steerdns.yaml"), config).unwrap();
-        let child = Command::new("ip")
+        Command::new("ip")
             .args(["netns", "exec", &self.server_ns, env!("CARGO_BIN_EXE_steerdns"), "serve"])
             .arg("-c")
             .arg(dir.join("steerdns.yaml"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
             .spawn()
-            .expect("start steerdns");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.has_program() || !self.answers() {
-            assert!(Instant::now() < deadline, "steerdns did not start answering through XDP");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        child
+            .expect("start steerdns")
     }
 
     fn answers(&self) -> bool {
@@ -446,4 +452,31 @@ fn dnspython_is_answered_through_xdp() {
     assert_eq!(text, want);
     assert_eq!(bed.udp_counter("InDatagrams"), before, "answered by the UDP sockets");
     stop(&mut server, libc::SIGTERM);
+}
+
+#[test]
+fn a_second_server_falls_back_to_sockets_and_detaches_nothing() {
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new("d") else { return };
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = bed.serve(first_dir.path());
+    // The interface already has the first server's program: the second cannot attach its
+    // own, says so, and serves from its sockets.
+    let mut second = bed.spawn(second_dir.path(), 5353, 8054);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = second_dir.path().join("log");
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("cannot attach the XDP program")
+    {
+        assert!(Instant::now() < deadline, "no fallback warning");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let via_sockets = bed.kdig(SERVER, &["-p", "5353"], "www.xdp.test", "A");
+    assert!(via_sockets.contains("192.0.2.10"), "{via_sockets}");
+    stop(&mut second, libc::SIGTERM);
+    // The first server's program is untouched and still answers.
+    assert!(bed.has_program() && bed.answers());
+    stop(&mut first, libc::SIGTERM);
+    assert!(!bed.has_program());
 }

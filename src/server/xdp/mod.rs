@@ -114,8 +114,14 @@ pub fn start(
         XdpError::Sys(SysError::Call { what: "assembling", source: io::Error::other(e) })
     })?;
     let prog = sys::load_xdp(&program).map_err(privileged)?;
-    // Sockets first: bound to the queues and in the map before the program steers any
-    // packet to them.
+    // The program first: an interface that takes none (or has another program) leaves the
+    // sockets serving before any AF_XDP socket claims a queue. Until a queue's socket is in
+    // the map, the program passes that queue's packets to the kernel.
+    let (link, mode) = match sys::attach(&prog, ifindex) {
+        Ok(attached) => attached,
+        Err(e) if is_privilege(&e) => return Err(XdpError::Privilege(e)),
+        Err(e) => return Ok(Started::Fallback(XdpError::Sys(e))),
+    };
     let mut sockets = Vec::with_capacity(queues.len());
     for &queue in &queues {
         let xsk = Xsk::open(ifindex, queue).map_err(|source| {
@@ -130,11 +136,6 @@ pub fn start(
         sys::set_socket(&map, queue, xsk.fd())?;
         sockets.push(xsk);
     }
-    let (link, mode) = match sys::attach(&prog, ifindex) {
-        Ok(attached) => attached,
-        Err(e) if is_privilege(&e) => return Err(XdpError::Privilege(e)),
-        Err(e) => return Ok(Started::Fallback(XdpError::Sys(e))),
-    };
     let copying = sockets.first().map_or(Copying::Copy, |s| s.copying);
     let mut threads = Vec::with_capacity(sockets.len());
     for (xsk, &queue) in sockets.into_iter().zip(&queues) {
