@@ -3,7 +3,8 @@
 //! Modules import only from the layers below their own, never sideways up or in a cycle:
 //!
 //! 1. `wire` (DNS wire format), `diag` (errors located at FILE:LINE:COL), `netrange`,
-//!    `hash` — no imports from the crate.
+//!    `hash`, `bpf` (the XDP program as bytecode), `frame` (the Ethernet, IP and UDP
+//!    headers around a query on the AF_XDP path) — no imports from the crate.
 //! 2. `geo` (where a client is), then `model` (the immutable snapshot: profiles, zones,
 //!    statuses, counters).
 //! 3. `routing` — pure decisions over a snapshot.
@@ -16,9 +17,11 @@
 //! `main.rs` parses the command line and maps errors to exit codes. `docs/architecture.md`
 //! follows a query, a probe result and a reload through these modules.
 
+pub mod bpf;
 pub mod commands;
 pub mod config;
 pub mod diag;
+pub mod frame;
 pub mod geo;
 pub mod hash;
 pub mod model;

@@ -39,6 +39,7 @@ mod rules;
 mod rum;
 pub mod schema;
 mod world;
+mod xdp;
 mod yaml;
 mod zones;
 
@@ -572,6 +573,7 @@ fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
         .as_ref()
         .and_then(|n| check::int_in(sink, n, 1, MAX_UDP_THREADS, "listen.udp_threads"));
     out.tcp = tcp_limits(sink, l);
+    out.xdp = l.xdp.as_ref().and_then(|x| xdp::listen(sink, &x.value));
     out
 }
 

@@ -300,6 +300,27 @@ pub struct RawListen {
     /// 10ms..60s (default 1s).
     #[schemars(with = "Option<DurationText>")]
     pub tcp_io_timeout: Option<Loc<String>>,
+    /// Answer UDP queries for some addresses in AF_XDP sockets on one interface, before
+    /// the kernel's network stack (Linux only; needs CAP_NET_ADMIN, CAP_BPF and
+    /// CAP_NET_RAW). Every other packet reaches the kernel as before.
+    pub xdp: Option<Loc<RawXdp>>,
+}
+
+/// `listen.xdp:`: the AF_XDP fast path.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "ListenXdp")]
+pub struct RawXdp {
+    /// The network interface, e.g. `eth0`.
+    pub interface: Loc<String>,
+    /// Receive queues to serve, one socket and thread each: 0..1023 (default every
+    /// receive queue of the interface).
+    pub queues: Option<Loc<Vec<Loc<Int>>>>,
+    /// Destination IP addresses whose UDP queries are taken, at least one; they should
+    /// also be among `listen.dns` so TCP and anything XDP passes are served.
+    pub addresses: Loc<Vec<Loc<String>>>,
+    /// Destination UDP port taken: 1..65535 (default 53).
+    pub port: Option<Loc<Int>>,
 }
 
 /// `admin:`: access to and limits of the admin API.

@@ -38,6 +38,18 @@ pub struct Listen {
     pub admin_limits: AdminLimits,
     /// The admin API's certificate and key (`admin.tls`); `None`: plain HTTP.
     pub admin_tls: Option<AdminTls>,
+    /// The AF_XDP fast path (`listen.xdp`); `None`: sockets only.
+    pub xdp: Option<XdpListen>,
+}
+
+/// What the AF_XDP fast path takes (`listen.xdp`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XdpListen {
+    pub interface: String,
+    /// `None`: every receive queue of the interface.
+    pub queues: Option<Vec<u32>>,
+    pub addresses: Vec<std::net::IpAddr>,
+    pub port: u16,
 }
 
 /// The PEM files the admin API serves HTTPS with; read again when they change.

@@ -42,6 +42,8 @@ pub struct Control {
     pub prober: Arc<Prober>,
     /// The counts of response rate limiting, kept across reloads.
     pub limiter: Arc<Limiter>,
+    /// What the AF_XDP fast path counted (all zero without `listen.xdp`).
+    pub xdp_stats: Arc<super::xdp::worker::Stats>,
     pub totals: Totals,
     /// When the running configuration's key timing next changes its keys (Unix seconds),
     /// for the reload that applies it (`key_timing`).
@@ -133,6 +135,7 @@ impl Control {
             shared: Arc::new(ArcSwap::from_pointee(snapshot)),
             prober,
             limiter: Arc::default(),
+            xdp_stats: Arc::default(),
             totals: Totals::default(),
             next_key_change: watch::Sender::new(cache.keys.next_change),
             events,
@@ -611,6 +614,9 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     if running.admin_tls.is_some() != configured.admin_tls.is_some() {
         keys.push("admin.tls");
     }
+    if running.xdp != configured.xdp {
+        keys.push("listen.xdp");
+    }
     keys
 }
 
@@ -629,6 +635,12 @@ fn restart_values(key: &str, running: &Listen, configured: &Listen) -> (String, 
             humantime::format_duration(l.admin_limits.header_read_timeout).to_string()
         }
         "admin.tls" => if l.admin_tls.is_some() { "on" } else { "off" }.to_string(),
+        "listen.xdp" => l.xdp.as_ref().map_or("off".into(), |x| {
+            let addrs: Vec<String> = x.addresses.iter().map(ToString::to_string).collect();
+            let queues =
+                x.queues.as_ref().map_or("every queue".into(), |q| format!("queues {q:?}"));
+            format!("{} {queues}, {} port {}", x.interface, addrs.join(", "), x.port)
+        }),
         _ => String::new(),
     };
     (of(running), of(configured))
@@ -695,12 +707,19 @@ mod tests {
         next.udp_threads = Some(4);
         next.admin_limits.header_read_timeout = Duration::from_secs(30);
         next.admin_tls = Some(crate::model::AdminTls { cert: "c".into(), key: "k".into() });
+        next.xdp = Some(crate::model::snapshot::XdpListen {
+            interface: "eth0".into(),
+            queues: Some(vec![0, 1]),
+            addresses: vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()],
+            port: 53,
+        });
         let cases = [
             ("listen.dns", "127.0.0.1:53, [::1]:53", "127.0.0.1:53"),
             ("listen.admin", "127.0.0.1:8053", "none"),
             ("listen.udp_threads", "one per core", "4"),
             ("admin.header_read_timeout", "10s", "30s"),
             ("admin.tls", "off", "on"),
+            ("listen.xdp", "off", "eth0 queues [0, 1], 192.0.2.1, 2001:db8::1 port 53"),
         ];
         let keys: Vec<&str> = cases.iter().map(|c| c.0).collect();
         assert_eq!(restart_keys(&running, &next), keys);

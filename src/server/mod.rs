@@ -26,6 +26,7 @@ pub mod tcp;
 pub mod totals;
 pub mod udp;
 pub mod watch;
+pub mod xdp;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -59,6 +60,8 @@ pub enum ServerError {
     Profiles(#[from] cluster::profiles::StartError),
     #[error(transparent)]
     AdminTls(#[from] config::admin_tls::TlsError),
+    #[error(transparent)]
+    Xdp(#[from] xdp::XdpError),
 }
 
 /// A running server. Dropping it does not stop it; call `shutdown`.
@@ -75,6 +78,8 @@ pub struct Server {
     /// soon after the cancellation, so shutdown waits for them at most `CLUSTER_STOP`.
     cluster_tasks: JoinSet<()>,
     _watcher: Option<::notify::RecommendedWatcher>,
+    /// The AF_XDP fast path's program and sockets, released after its workers stopped.
+    xdp: Option<xdp::Running>,
 }
 
 impl Server {
@@ -151,6 +156,7 @@ impl Server {
             tasks: JoinSet::new(),
             cluster_tasks: JoinSet::new(),
             _watcher: None,
+            xdp: None,
         };
         // The overrides other replicas set apply before this one answers a query.
         let follower = match &session {
@@ -275,6 +281,9 @@ impl Server {
         if let (true, Some(e)) = (self.dns_addrs.is_empty(), skipped) {
             return Err(e);
         }
+        if let Some(config) = &listen.xdp {
+            self.start_xdp(config)?;
+        }
         if let Some(addr) = listen.admin {
             let certs = match &listen.admin_tls {
                 Some(files) => Some(Arc::new(admin::tls::Certs::load(files)?)),
@@ -320,6 +329,38 @@ impl Server {
             }
             None => {
                 self.tasks.spawn(rum::publish_every(rum, self.cancel.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the AF_XDP fast path; an interface that takes no XDP program leaves the
+    /// sockets serving, with a warning.
+    fn start_xdp(&mut self, config: &crate::model::snapshot::XdpListen) -> Result<(), ServerError> {
+        let control = self.control.clone();
+        let shared = || {
+            let shared = xdp::worker::Shared {
+                snapshot: control.shared.clone(),
+                rum: control.rum.get().cloned(),
+                limiter: control.limiter.clone(),
+                stats: control.xdp_stats.clone(),
+            };
+            (shared, control.dnstap.udp())
+        };
+        match xdp::start(config, shared, &self.cancel)? {
+            xdp::Started::Running(running, threads) => {
+                tracing::info!(
+                    interface = %config.interface,
+                    queues = ?running.queues,
+                    mode = ?running.mode,
+                    copying = ?running.copying,
+                    "answering UDP in AF_XDP sockets"
+                );
+                self.threads.extend(threads);
+                self.xdp = Some(running);
+            }
+            xdp::Started::Fallback(e) => {
+                tracing::warn!(interface = %config.interface, error = %e, "cannot attach the XDP program; sockets serve every query");
             }
         }
         Ok(())
@@ -444,6 +485,8 @@ impl Server {
             dnstap.finish();
         })
         .await;
+        // The workers are gone: closing the link detaches the program.
+        self.xdp = None;
     }
 }
 

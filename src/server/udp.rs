@@ -131,23 +131,7 @@ pub fn serve(
                 now,
                 measured: measured.as_deref().map(|m| &**m),
             };
-            if let Some(mut outcome) = respond(&snap, &*snap.health, packet, &mut rng, out, None) {
-                // Only what is sent is counted: a dropped answer shows in the limiter's
-                // counts alone, a slipped one hands out no endpoint.
-                if let Some(limit) = &snap.rate_limit
-                    && !outcome.proven_source()
-                    && limit.exempt.lookup(src.ip()).value.is_none()
-                {
-                    match limiter.check(limit, src.ip(), now) {
-                        Verdict::Answer => {}
-                        Verdict::Slip => {
-                            outcome.rcode = slip(&snap, packet, out);
-                            outcome.endpoints.clear();
-                        }
-                        Verdict::Drop => continue,
-                    }
-                }
-                tally.add(&snap.counters, &outcome);
+            if answer(&snap, packet, &limiter, &mut rng, &mut tally, out) {
                 worker.reply_to[replies] = i;
                 replies += 1;
             }
@@ -160,6 +144,40 @@ pub fn serve(
             worker.log(tap, server, replies);
         }
     }
+}
+
+/// Answers one datagram into `out`, rate limits the answer and counts it: `true` when
+/// `out` holds a reply to send. The UDP sockets and the AF_XDP path both answer through
+/// this, so they follow the same rules.
+#[inline]
+pub fn answer(
+    snap: &Snapshot,
+    packet: Packet<'_>,
+    limiter: &Limiter,
+    rng: &mut SmallRng,
+    tally: &mut Tally,
+    out: &mut Vec<u8>,
+) -> bool {
+    let Some(mut outcome) = respond(snap, &*snap.health, packet, rng, out, None) else {
+        return false;
+    };
+    // Only what is sent is counted: a dropped answer shows in the limiter's counts alone,
+    // a slipped one hands out no endpoint.
+    if let Some(limit) = &snap.rate_limit
+        && !outcome.proven_source()
+        && limit.exempt.lookup(packet.src).value.is_none()
+    {
+        match limiter.check(limit, packet.src, packet.now) {
+            Verdict::Answer => {}
+            Verdict::Slip => {
+                outcome.rcode = slip(snap, packet, out);
+                outcome.endpoints.clear();
+            }
+            Verdict::Drop => return false,
+        }
+    }
+    tally.add(&snap.counters, &outcome);
+    true
 }
 
 /// Reusable buffers of one worker.

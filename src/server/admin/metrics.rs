@@ -59,6 +59,10 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_rate_limited",
         "UDP answers held back by response rate limiting: dropped, or sent truncated (slipped)",
     ),
+    (
+        "steerdns_xdp_malformed_frames",
+        "Frames the AF_XDP fast path dropped because they held no whole UDP datagram",
+    ),
     ("steerdns_dnssec_signed_answers", "Answers that carried DNSSEC signatures"),
     (
         "steerdns_dnssec_signatures",
@@ -127,6 +131,10 @@ pub fn render(control: &Control) -> String {
     {
         let series = Series::new("steerdns_rate_limited", vec![("action", action.into())]);
         counters.insert(series, n.load(Ordering::Relaxed));
+    }
+    if snap.listen.xdp.is_some() {
+        let malformed = control.xdp_stats.malformed.load(Ordering::Relaxed);
+        counters.insert(Series::new("steerdns_xdp_malformed_frames", vec![]), malformed);
     }
     let signing = snap.sign_counts.totals();
     counters.insert(Series::new("steerdns_dnssec_signed_answers", vec![]), signing.answers);

@@ -1,0 +1,482 @@
+//! The AF_XDP fast path on a real veth pair between two network namespaces made here:
+//! steerdns serves in one, kdig asks from the other, and the kernel's UDP counters show
+//! which path answered. Frames no socket would send come from Python's packet sockets. Needs root (namespaces, XDP); without it the tests say so and pass,
+//! unless STEERDNS_REQUIRE_TOOLS=1.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{require_tool, tools_required};
+
+const SERVER: &str = "198.18.0.1";
+const CLIENT: &str = "198.18.0.2";
+const SERVER6: &str = "2001:db8:5::1";
+const CLIENT6: &str = "2001:db8:5::2";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(args[0]).args(&args[1..]).output().expect("run a command")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Two namespaces joined by a veth pair, removed on drop.
+struct Bed {
+    server_ns: String,
+    client_ns: String,
+    /// The server side's interface.
+    ifname: String,
+}
+
+impl Bed {
+    /// `None` (after saying why) where namespaces cannot be made.
+    fn new(tag: &str) -> Option<Bed> {
+        let id = format!("{}{tag}", std::process::id() % 100_000);
+        let bed = Bed {
+            server_ns: format!("sdxs{id}"),
+            client_ns: format!("sdxc{id}"),
+            ifname: format!("sx{id}"),
+        };
+        if !run(&["ip", "netns", "add", &bed.server_ns]).status.success() {
+            assert!(!tools_required(), "cannot create a network namespace: CI runs as root");
+            eprintln!("skipping: creating network namespaces needs root");
+            return None;
+        }
+        ok(&["ip", "netns", "add", &bed.client_ns]);
+        let peer = format!("cx{id}");
+        ok(&[
+            "ip",
+            "link",
+            "add",
+            &bed.ifname,
+            "netns",
+            &bed.server_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            &bed.client_ns,
+        ]);
+        for (ns, ifname, v4, v6) in [
+            (&bed.server_ns, &bed.ifname, SERVER, SERVER6),
+            (&bed.client_ns, &peer, CLIENT, CLIENT6),
+        ] {
+            let ip = |args: &[&str]| {
+                let mut all = vec!["ip", "-n", ns.as_str()];
+                all.extend_from_slice(args);
+                ok(&all);
+            };
+            ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname]);
+            ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"]);
+            ip(&["link", "set", ifname, "up"]);
+            ip(&["link", "set", "lo", "up"]);
+        }
+        Some(bed)
+    }
+
+    fn in_client(&self, args: &[&str]) -> Output {
+        let mut all = vec!["ip", "netns", "exec", self.client_ns.as_str()];
+        all.extend_from_slice(args);
+        run(&all)
+    }
+
+    fn in_server(&self, args: &[&str]) -> String {
+        let mut all = vec!["ip", "netns", "exec", self.server_ns.as_str()];
+        all.extend_from_slice(args);
+        ok(&all)
+    }
+
+    /// The kernel's UDP counter `name` in the server's namespace.
+    fn udp_counter(&self, name: &str) -> u64 {
+        let snmp = self.in_server(&["cat", "/proc/net/snmp"]);
+        let mut lines = snmp.lines().filter(|l| l.starts_with("Udp:"));
+        let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+        let i = names.split_whitespace().position(|n| n == name).unwrap();
+        values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    }
+
+    /// Whether an XDP program is attached to the server's interface.
+    fn has_program(&self) -> bool {
+        self.in_server(&["ip", "link", "show", "dev", &self.ifname]).contains("prog/xdp")
+    }
+
+    /// Starts steerdns in the server namespace with `listen.xdp` on its interface.
+    fn serve(&self, dir: &Path) -> Child {
+        let child = self.spawn(dir, 53, 8053);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.has_program() || !self.answers() {
+            assert!(Instant::now() < deadline, "steerdns did not start answering through XDP");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        child
+    }
+
+    /// Starts steerdns with sockets on `port` and the admin API on `admin`, its log in
+    /// `dir/log`, without waiting.
+    fn spawn(&self, dir: &Path, port: u16, admin: u16) -> Child {
+        let config = format!(
+            r#"listen:
+  dns: ["{SERVER}:{port}", "[{SERVER6}]:{port}"]
+  admin: "127.0.0.1:{admin}"
+  xdp: {{ interface: {}, addresses: [{SERVER}, "{SERVER6}"] }}
+zones:
+  - origin: xdp.test.
+    ns: [ns1.xdp.test.]
+    soa: {{ rname: hostmaster.xdp.test. }}
+    records:
+      - "ns1 A {SERVER}"
+      - "www A 192.0.2.10"
+      - "www AAAA 2001:db8::10"
+{big}"#,
+            self.ifname,
+            big = (0..8)
+                .map(|i| format!("      - 'big TXT \"{}\"'\n", format!("{i}").repeat(200)))
+                .collect::<String>()
+        );
+        std::fs::create_dir_all(dir.join("profiles")).unwrap();
+        std::fs::write(dir.join("steerdns.yaml"), config).unwrap();
+        Command::new("ip")
+            .args(["netns", "exec", &self.server_ns, env!("CARGO_BIN_EXE_steerdns"), "serve"])
+            .arg("-c")
+            .arg(dir.join("steerdns.yaml"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .expect("start steerdns")
+    }
+
+    fn answers(&self) -> bool {
+        let out = self.in_client(&[
+            "kdig",
+            "+short",
+            "+timeout=1",
+            "+retry=0",
+            &format!("@{SERVER}"),
+            "www.xdp.test",
+            "A",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim() == "192.0.2.10"
+    }
+
+    /// kdig's answer section for `name`/`qtype` asked of `server` with `flags`.
+    fn kdig(&self, server: &str, flags: &[&str], name: &str, qtype: &str) -> String {
+        let at = format!("@{server}");
+        let mut args = vec!["kdig", "+timeout=2", "+retry=0", at.as_str(), name, qtype];
+        args.extend_from_slice(flags);
+        let out = self.in_client(&args);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Sends `frame` (from Ethernet on) out of the client's interface, through a packet
+    /// socket: frames no socket API would send.
+    fn inject(&self, frame: &[u8]) {
+        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+        let peer = self.ifname.replacen("sx", "cx", 1);
+        let script = format!(
+            "import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
+             s.bind(('{peer}', 0)); s.send(bytes.fromhex('{hex}'))"
+        );
+        let out = self.in_client(&["python3", "-c", &script]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn mac(&self, ns: &str, ifname: &str) -> [u8; 6] {
+        let out =
+            ok(&["ip", "netns", "exec", ns, "cat", &format!("/sys/class/net/{ifname}/address")]);
+        let mut mac = [0u8; 6];
+        for (m, h) in mac.iter_mut().zip(out.trim().split(':')) {
+            *m = u8::from_str_radix(h, 16).unwrap();
+        }
+        mac
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        let text = self.in_server(&["curl", "-sf", "http://127.0.0.1:8053/metrics"]);
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = run(&["ip", "netns", "del", &self.server_ns]);
+        let _ = run(&["ip", "netns", "del", &self.client_ns]);
+    }
+}
+
+fn stop(child: &mut Child, signal: i32) {
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    child.wait().unwrap();
+}
+
+/// An IPv4/UDP frame to the server's port 53, its fields as given.
+fn ipv4_frame(dst_mac: [u8; 6], src_mac: [u8; 6], total_len: u16, good_checksum: bool) -> Vec<u8> {
+    let mut f = dst_mac.to_vec();
+    f.extend_from_slice(&src_mac);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 18, 0, 1];
+    ip[2..4].copy_from_slice(&total_len.to_be_bytes());
+    let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let check = if good_checksum { !(sum as u16) } else { !(sum as u16) ^ 0x0101 };
+    ip[10..12].copy_from_slice(&check.to_be_bytes());
+    f.extend_from_slice(&ip);
+    // UDP 40000 -> 53, length 20, no checksum, then a 12-byte DNS header.
+    f.extend_from_slice(&[0x9c, 0x40, 0, 53, 0, 20, 0, 0]);
+    f.extend_from_slice(&[0x12, 0x34, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    f
+}
+
+#[test]
+fn xdp_answers_passes_the_rest_and_leaves_nothing_attached() {
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new("a") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bed.serve(dir.path());
+
+    // Queries on both families are answered without the kernel's UDP stack seeing them.
+    let before = bed.udp_counter("InDatagrams");
+    let v4 = bed.kdig(SERVER, &["+norec"], "www.xdp.test", "A");
+    assert!(v4.contains("status: NOERROR") && v4.contains("192.0.2.10"), "{v4}");
+    assert!(v4.contains("Flags: qr aa;"), "authoritative, no recursion: {v4}");
+    let v6 = bed.kdig(SERVER6, &[], "www.xdp.test", "AAAA");
+    assert!(v6.contains("2001:db8::10"), "{v6}");
+    let nx = bed.kdig(SERVER, &[], "nope.xdp.test", "A");
+    assert!(nx.contains("status: NXDOMAIN") && nx.contains("hostmaster.xdp.test."), "{nx}");
+    let refused = bed.kdig(SERVER, &[], "example.com", "A");
+    assert!(refused.contains("status: REFUSED"), "{refused}");
+    let edns = bed.kdig(SERVER, &["+bufsize=4096", "+nsid"], "www.xdp.test", "A");
+    assert!(edns.contains("Version: 0;") && edns.contains("UDP size: 1232 B"), "{edns}");
+    let ecs = bed.kdig(SERVER, &["+subnet=192.0.2.0/24"], "www.xdp.test", "A");
+    assert!(ecs.contains("CLIENT-SUBNET: 192.0.2.0/24/0"), "{ecs}");
+    let cookie = bed.kdig(SERVER, &["+cookie=0123456789abcdef"], "www.xdp.test", "A");
+    let server_cookie = cookie
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(";; COOKIE: 0123456789ABCDEF"))
+        .unwrap_or_else(|| panic!("no cookie echoed: {cookie}"));
+    // A server cookie of RFC 9018's form: version 1, then reserved bytes, time and hash.
+    assert!(server_cookie.trim().len() == 32 && server_cookie.starts_with("01"), "{cookie}");
+    // Over the 512 bytes a query without EDNS allows: truncated, for TCP to fetch.
+    let big = bed.kdig(SERVER, &["+noedns", "+ignore", "+norec"], "big.xdp.test", "TXT");
+    assert!(big.contains("Flags: qr aa tc;"), "{big}");
+    assert_eq!(bed.udp_counter("InDatagrams"), before, "answered by the UDP sockets");
+
+    // TCP, ICMP and UDP to another port reach the kernel.
+    let tcp = bed.kdig(SERVER, &["+tcp"], "www.xdp.test", "A");
+    assert!(tcp.contains("192.0.2.10") && tcp.contains("(TCP)"), "{tcp}");
+    // ARP too: the client learnt the server's Ethernet address from the server's kernel.
+    let neigh = bed.in_client(&["ip", "neigh", "show", SERVER]);
+    assert!(String::from_utf8_lossy(&neigh.stdout).contains("lladdr"), "no ARP answer");
+    let no_ports = bed.udp_counter("NoPorts");
+    let other = bed.in_client(&[
+        "kdig",
+        "+timeout=1",
+        "+retry=0",
+        "-p",
+        "5300",
+        &format!("@{SERVER}"),
+        "www.xdp.test",
+    ]);
+    assert!(!String::from_utf8_lossy(&other.stdout).contains("192.0.2.10"));
+    assert_eq!(bed.udp_counter("NoPorts"), no_ports + 1, "port 5300 went to the kernel");
+
+    // Frames the program takes but that hold no whole datagram are dropped and counted.
+    let (server_mac, client_mac) = (
+        bed.mac(&bed.server_ns, &bed.ifname),
+        bed.mac(&bed.client_ns, &bed.ifname.replacen("sx", "cx", 1)),
+    );
+    assert_eq!(bed.metric("steerdns_xdp_malformed_frames_total"), 0);
+    bed.inject(&ipv4_frame(server_mac, client_mac, 40, false)); // bad header checksum
+    bed.inject(&ipv4_frame(server_mac, client_mac, 200, true)); // longer than the frame
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while bed.metric("steerdns_xdp_malformed_frames_total") < 2 {
+        assert!(Instant::now() < deadline, "malformed frames not counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bed.answers(), "still answering after malformed frames");
+
+    // Stopping detaches the program.
+    stop(&mut server, libc::SIGTERM);
+    assert!(!bed.has_program(), "an XDP program stayed attached after shutdown");
+}
+
+#[test]
+fn a_killed_server_leaves_no_program_attached() {
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new("b") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bed.serve(dir.path());
+    stop(&mut server, libc::SIGKILL);
+    // `ip netns exec` passes the signal on; the link closes with the process's files.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while bed.has_program() {
+        assert!(Instant::now() < deadline, "an XDP program stayed attached after SIGKILL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `listen.xdp` with `xdp` as its flow mapping: the errors of loading it, located.
+fn xdp_errors(xdp: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
+    let config = format!(
+        "listen:\n  dns: [\"127.0.0.1:0\"]\n  xdp: {xdp}\nzones:\n  - origin: xdp.test.\n    \
+         ns: [ns1.xdp.test.]\n    soa: {{ rname: hostmaster.xdp.test. }}\n    records: [\"ns1 A 192.0.2.1\"]\n"
+    );
+    let path = dir.path().join("steerdns.yaml");
+    std::fs::write(&path, config).unwrap();
+    match steerdns::config::load(&path, None) {
+        Ok(loaded) => {
+            assert!(loaded.snapshot.listen.xdp.is_some());
+            vec![]
+        }
+        Err(e) => common::located(&e),
+    }
+}
+
+/// Each error as (the text it points at, its message): the column is where that text
+/// starts in the `listen.xdp` line, which starts with `  xdp: `.
+type Expected<'a> = &'a [(&'a str, &'a str)];
+
+#[test]
+fn listen_xdp_mistakes_are_located() {
+    let cases: &[(&str, Expected)] = &[
+        ("{ interface: eth0, addresses: [192.0.2.1] }", &[]),
+        (
+            "{ interface: eth0, addresses: [192.0.2.1, \"2001:db8::1\"], queues: [0, 3], port: 5353 }",
+            &[],
+        ),
+        (
+            "{ interface: \"\", addresses: [192.0.2.1] }",
+            &[("\"\"", "listen.xdp.interface \"\" is not an interface name")],
+        ),
+        (
+            "{ interface: a-very-long-interface, addresses: [192.0.2.1] }",
+            &[(
+                "a-very",
+                "listen.xdp.interface \"a-very-long-interface\" is not an interface name",
+            )],
+        ),
+        (
+            "{ interface: eth0, addresses: [] }",
+            &[("[]", "listen.xdp.addresses needs at least one IP address")],
+        ),
+        (
+            "{ interface: eth0, addresses: [192.0.2.1, nowhere, 0.0.0.0, 192.0.2.1 ] }",
+            &[
+                ("nowhere", "listen.xdp.addresses: \"nowhere\" is not an IP address"),
+                ("0.0.0.0", "listen.xdp.addresses: 0.0.0.0 is not an address queries are sent to"),
+                ("192.0.2.1 ]", "listen.xdp.addresses lists 192.0.2.1 twice"),
+            ],
+        ),
+        (
+            "{ interface: eth0, addresses: [192.0.2.1], queues: [0, 0 , 1024], port: 0 }",
+            &[
+                ("0 ,", "listen.xdp.queues lists queue 0 twice"),
+                ("1024", "listen.xdp.queues must be between 0 and 1023, got 1024"),
+                ("0 }", "listen.xdp.port must be between 1 and 65535, got 0"),
+            ],
+        ),
+        (
+            "{ interface: eth0, addresses: [192.0.2.1], queues: [] }",
+            &[("[] }", "listen.xdp.queues needs at least one queue (leave it out for all)")],
+        ),
+    ];
+    for (xdp, want) in cases {
+        let want: Vec<String> = want
+            .iter()
+            .map(|(at, message)| {
+                let col = "  xdp: ".len() + xdp.find(at).unwrap() + 1;
+                format!("steerdns.yaml:3:{col}: {message}")
+            })
+            .collect();
+        assert_eq!(xdp_errors(xdp), want, "{xdp}");
+    }
+}
+
+/// Asks through the fast path with dnspython (Debian's python3-dnspython), an independent
+/// client: an ECS query on both families, and a query with two questions (FORMERR).
+const DNSPYTHON: &str = r#"
+import socket, sys
+import dns.edns, dns.message, dns.query, dns.rcode
+for server in sys.argv[1:]:
+    q = dns.message.make_query("www.xdp.test", "A", use_edns=0,
+                               options=[dns.edns.ECSOption("192.0.2.0", 24)])
+    r = dns.query.udp(q, server, timeout=2)
+    ecs = [o for o in r.options if isinstance(o, dns.edns.ECSOption)]
+    print(server, dns.rcode.to_text(r.rcode()), r.answer[0][0].address, ecs[0].scopelen)
+    wire = bytearray(dns.message.make_query("www.xdp.test", "A").to_wire())
+    wire[5] = 2
+    wire += wire[12:]
+    family = socket.AF_INET6 if ":" in server else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.settimeout(2)
+    s.sendto(bytes(wire), (server, 53))
+    reply = s.recv(4096)
+    print(server, "two-questions", dns.rcode.to_text(reply[3] & 15))
+"#;
+
+#[test]
+fn dnspython_is_answered_through_xdp() {
+    let python = "/usr/bin/python3";
+    let has_dnspython = run(&[python, "-c", "import dns.edns"]).status.success();
+    if !has_dnspython {
+        assert!(!tools_required(), "python3-dnspython is not installed: CI must run this test");
+        eprintln!("skipping: dnspython is not installed (apt-get install python3-dnspython)");
+        return;
+    }
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new("c") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bed.serve(dir.path());
+    let before = bed.udp_counter("InDatagrams");
+    let out = bed.in_client(&[python, "-c", DNSPYTHON, SERVER, SERVER6]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let want = format!(
+        "{SERVER} NOERROR 192.0.2.10 0\n{SERVER} two-questions FORMERR\n\
+         {SERVER6} NOERROR 192.0.2.10 0\n{SERVER6} two-questions FORMERR\n"
+    );
+    assert_eq!(text, want);
+    assert_eq!(bed.udp_counter("InDatagrams"), before, "answered by the UDP sockets");
+    stop(&mut server, libc::SIGTERM);
+}
+
+#[test]
+fn a_second_server_falls_back_to_sockets_and_detaches_nothing() {
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new("d") else { return };
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = bed.serve(first_dir.path());
+    // The interface already has the first server's program: the second cannot attach its
+    // own, says so, and serves from its sockets.
+    let mut second = bed.spawn(second_dir.path(), 5353, 8054);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = second_dir.path().join("log");
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("cannot attach the XDP program")
+    {
+        assert!(Instant::now() < deadline, "no fallback warning");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let via_sockets = bed.kdig(SERVER, &["-p", "5353"], "www.xdp.test", "A");
+    assert!(via_sockets.contains("192.0.2.10"), "{via_sockets}");
+    stop(&mut second, libc::SIGTERM);
+    // The first server's program is untouched and still answers.
+    assert!(bed.has_program() && bed.answers());
+    stop(&mut first, libc::SIGTERM);
+    assert!(!bed.has_program());
+}
