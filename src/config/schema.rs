@@ -297,9 +297,8 @@ impl JsonSchema for RoutingMethod {
     }
 }
 
-const PROTOCOLS: [&str; 11] = [
-    "http", "https", "tcp", "dns", "udp", "icmp", "json", "prometheus", "grpc", "pushed", "file",
-];
+const PROTOCOLS: [&str; 11] =
+    ["http", "https", "tcp", "dns", "udp", "icmp", "json", "prometheus", "grpc", "pushed", "file"];
 
 /// `str::trim`, then `i64` parsing (which takes a sign).
 const INTEGER_PATTERN: &str = r"^\s*[+-]?[0-9]+\s*$";
