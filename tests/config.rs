@@ -141,7 +141,7 @@ fn monitors_errors_are_located() {
         (
             "name: www\nrouting: priority\nendpoints:\n  - { name: a, target: 192.0.2.1, monitors: [{ name: web, missing: healthy }] }\n".into(),
             "p.yaml:4:68",
-            "missing does not apply to a http monitor",
+            "missing is only for json, prometheus, pushed and file monitors",
         ),
         (
             "name: www\nrouting: priority\nendpoints:\n  - { name: n, profile: c, monitors: [{ name: web }] }\n---\nname: c\nrouting: priority\nendpoints: []\n".into(),
@@ -904,7 +904,7 @@ fn probe_protocol_settings_are_checked_where_written() {
         (
             "protocol: tcp, port: 7, missing: healthy",
             "healthy",
-            "missing is only for json and prometheus monitors",
+            "missing is only for json, prometheus, pushed and file monitors",
         ),
         (
             "protocol: http, url: 'http://h.example/'",

@@ -374,17 +374,19 @@ impl Prober {
         let adopted = self.adopted.clone();
         let (profile, endpoint) = (profile.to_string(), endpoint.to_string());
         let cancel = self.cancel.clone();
-        self.runtime.spawn(async move {
+        let (p, ep) = (profile.clone(), endpoint.clone());
+        let timer = self.runtime.spawn(async move {
             tokio::select! {
                 () = cancel.cancelled() => {}
                 // A moment after the end, so that the push is no longer live when read.
                 () = tokio::time::sleep(ttl + std::time::Duration::from_millis(1)) => {
-                    if let Some(e) = adopted.load().named(&profile, &endpoint) {
+                    if let Some(e) = adopted.load().named(&p, &ep) {
                         e.refresh();
                     }
                 }
             }
         });
+        self.external.pushed.set_timer(&profile, &endpoint, timer.abort_handle());
         Ok(before)
     }
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 /// The shortest and longest time to live a push may ask for.
@@ -50,6 +51,9 @@ impl PushedHealth {
 #[derive(Debug, Default)]
 pub struct PushedHealths {
     map: Mutex<HashMap<(String, String), PushedHealth>>,
+    /// The task that re-evaluates an endpoint when its push expires: one per endpoint, so
+    /// repeated pushes replace their timer rather than pile up tasks.
+    timers: Mutex<HashMap<(String, String), AbortHandle>>,
 }
 
 impl PushedHealths {
@@ -62,9 +66,23 @@ impl PushedHealths {
         self.lock().insert((profile.to_string(), endpoint.to_string()), push)
     }
 
-    /// Forgets the push to `endpoint`; returns it.
+    /// Keeps `timer` as the expiry task of `endpoint`'s push, stopping the one before.
+    pub fn set_timer(&self, profile: &str, endpoint: &str, timer: AbortHandle) {
+        let key = (profile.to_string(), endpoint.to_string());
+        let mut timers = self.timers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(old) = timers.insert(key, timer) {
+            old.abort();
+        }
+    }
+
+    /// Forgets the push to `endpoint` (and stops its expiry task); returns it.
     pub fn clear(&self, profile: &str, endpoint: &str) -> Option<PushedHealth> {
-        self.lock().remove(&(profile.to_string(), endpoint.to_string()))
+        let key = (profile.to_string(), endpoint.to_string());
+        let timer = self.timers.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        if let Some(timer) = timer {
+            timer.abort();
+        }
+        self.lock().remove(&key)
     }
 
     /// The last push to `endpoint`, live or not.
@@ -75,6 +93,14 @@ impl PushedHealths {
     /// Drops the pushes of endpoints `keep` says are gone (after a reload).
     pub fn retain(&self, mut keep: impl FnMut(&str, &str) -> bool) {
         self.lock().retain(|(p, e), _| keep(p, e));
+        let mut timers = self.timers.lock().unwrap_or_else(PoisonError::into_inner);
+        timers.retain(|(p, e), timer| {
+            let kept = keep(p, e);
+            if !kept {
+                timer.abort();
+            }
+            kept
+        });
     }
 }
 
@@ -102,5 +128,21 @@ mod tests {
         assert_eq!(store.get("p.", "other"), None);
         store.retain(|_, e| e != "e");
         assert_eq!(store.clear("p.", "e"), None);
+    }
+
+    #[tokio::test]
+    async fn a_new_timer_stops_the_one_before_and_clearing_stops_the_last() {
+        let store = PushedHealths::default();
+        let first = tokio::spawn(std::future::pending::<()>());
+        store.set_timer("p.", "e", first.abort_handle());
+        let second = tokio::spawn(std::future::pending::<()>());
+        store.set_timer("p.", "e", second.abort_handle());
+        assert!(first.await.unwrap_err().is_cancelled());
+        let other = tokio::spawn(std::future::pending::<()>());
+        store.set_timer("p.", "f", other.abort_handle());
+        store.clear("p.", "e");
+        assert!(second.await.unwrap_err().is_cancelled());
+        store.retain(|_, e| e != "f");
+        assert!(other.await.unwrap_err().is_cancelled());
     }
 }
