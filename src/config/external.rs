@@ -5,18 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::check::duration;
+use super::monitor::pick;
 use super::raw::{Loc, RawMonitor};
 use crate::diag::{Pos, Sink};
 use crate::model::{ExternalMonitor, MissingData, Protocol};
-
-/// The effective value of one field: the endpoint's when set, else the profile's.
-fn pick<'a, T>(
-    ep: Option<&'a RawMonitor>,
-    pr: Option<&'a RawMonitor>,
-    f: impl Fn(&'a RawMonitor) -> Option<&'a T>,
-) -> Option<&'a T> {
-    ep.and_then(&f).or_else(|| pr.and_then(&f))
-}
 
 /// The settings of a `pushed` or `file` monitor. Probe fields the endpoint sets on it are
 /// errors; the profile's `monitor` defaults do not apply to it.
