@@ -849,6 +849,8 @@ fn probe_protocol_settings_are_checked_where_written() {
         ("protocol: tcp, port: 7, count: 2", "2", "count is only for icmp monitors"),
         ("protocol: http, expect: yy", "yy", "expect is only for udp monitors"),
         ("protocol: http, answer_contains: qq", "qq", "answer_contains is only for dns monitors"),
+        ("protocol: https, tls: true", "true", "tls is only for grpc monitors"),
+        ("protocol: tcp, port: 7, tls: false", "false", "tls is only for grpc monitors"),
         ("protocol: json, pointer: /s", "{ name: a", "a json monitor needs a url"),
         ("protocol: json, url: 'http://h.example/'", "{ name: a", "a json monitor needs a pointer"),
         (

@@ -413,3 +413,48 @@ async fn grpc_probes_follow_the_health_service() {
     s.wait_status("shop", Status::Online).await;
     s.stop().await;
 }
+
+/// The same health service behind TLS with a self-signed certificate: `tls: true` calls it
+/// (online while SERVING), `tls_verify: true` refuses the certificate, and a plaintext call
+/// fails against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_probes_call_over_tls() {
+    use tonic::transport::{Identity, ServerTlsConfig};
+    use tonic_health::pb::health_server::HealthServer;
+    use tonic_health::server::HealthReporter;
+
+    let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.9".to_string()]).unwrap();
+    let identity = Identity::from_pem(pair.cert.pem(), pair.signing_key.serialize_pem());
+    let listener = tokio::net::TcpListener::bind("127.0.0.9:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reporter = HealthReporter::new();
+    let service = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
+    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(ServerTlsConfig::new().identity(identity))
+            .unwrap()
+            .add_service(HealthServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let g = |extra: &str| format!("protocol: grpc, port: {}, service: shop, {extra}", addr.port());
+    let s = Running::start(&profile(&[
+        ("lenient", "127.0.0.9", g("tls: true, tls_verify: false")),
+        ("verifying", "127.0.0.9", g("tls: true, tls_verify: true")),
+        ("plaintext", "127.0.0.9", g("tolerated_failures: 0")),
+    ]))
+    .await;
+    s.wait_status("lenient", Status::Online).await;
+    let verifying = s.wait_status("verifying", Status::Degraded).await;
+    let reason = verifying.last_probe.unwrap().reason.unwrap();
+    assert!(reason.starts_with("TLS: invalid peer certificate"), "{reason}");
+    let plaintext = s.wait_status("plaintext", Status::Degraded).await;
+    let reason = plaintext.last_probe.unwrap().reason.unwrap();
+    assert!(reason.starts_with("gRPC health: RPC failed"), "{reason}");
+
+    reporter.set_service_status("shop", tonic_health::ServingStatus::NotServing).await;
+    expect_all(&s, &[("lenient", Status::Degraded, Some("gRPC health: status NOT_SERVING"))]).await;
+    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
+    s.wait_status("lenient", Status::Online).await;
+    s.stop().await;
+}

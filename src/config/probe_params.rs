@@ -41,8 +41,10 @@ pub fn resolve(
         }
         Protocol::Grpc => {
             let service = pick(ep, pr, |m| m.service.as_deref());
+            let tls = pick(ep, pr, |m| m.tls.as_deref());
             ProbeParams::Grpc(GrpcParams {
                 service: service.map_or_else(String::new, |s| s.value.clone()),
+                tls: tls.is_some_and(|t| t.value),
             })
         }
     }
@@ -81,6 +83,7 @@ fn only(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>, protocol: Protocol) {
     check(pos(|m| m.missing.as_deref().map(Pos::of)), "missing", missing_fits, with_missing);
     let grpc = protocol == Protocol::Grpc;
     check(pos(|m| m.service.as_deref().map(Pos::of)), "service", grpc, "grpc");
+    check(pos(|m| m.tls.as_deref().map(Pos::of)), "tls", grpc, "grpc");
 }
 
 /// Where the effective value of a field is written: the endpoint's, else the profile's.

@@ -768,6 +768,9 @@ pub struct RawMonitor {
     pub healthy_when: Option<Box<Loc<String>>>,
     /// grpc: the service name asked about (default "", the whole server).
     pub service: Option<Box<Loc<String>>>,
+    /// grpc: call over TLS (ALPN h2) instead of plaintext h2c (default false); the
+    /// certificate is validated when `tls_verify` is true.
+    pub tls: Option<Box<Loc<bool>>>,
     /// pushed, file, json, prometheus: what the monitor counts as without data (no live
     /// push, no line for the endpoint, a stale file, a feed without the value): `healthy`,
     /// `unhealthy` or `last_known` (default `unhealthy` for pushed and file, `last_known`

@@ -22,6 +22,8 @@ pub enum ProbeParams {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GrpcParams {
     pub service: String,
+    /// Call over TLS (ALPN h2) rather than plaintext h2c.
+    pub tls: bool,
 }
 
 impl ProbeParams {

@@ -261,7 +261,11 @@ impl Check {
                     Kind::Icmp(Box::new(IcmpCheck::new(p, m.timeout)), IcmpCheck::setup_error())
                 }
                 ProbeParams::Feed(p) => Kind::Feed(Box::new(FeedCheck::new(p, m.timeout))),
-                ProbeParams::Grpc(p) => Kind::Grpc(Box::new(GrpcCheck::new(&p.service))),
+                ProbeParams::Grpc(p) => {
+                    let tls =
+                        p.tls.then(|| Ok((clients.get(m.tls_verify)?, server_name(&key.target)?)));
+                    Kind::Grpc(Box::new(GrpcCheck::new(&p.service, tls)))
+                }
                 ProbeParams::None => {
                     Kind::Dns(Box::new(Err("the monitor has no settings for its protocol".into())))
                 }
@@ -277,7 +281,8 @@ impl Check {
             Kind::Dns(d) => d.as_ref().as_ref().err().map(String::as_str),
             Kind::Icmp(_, e) => e.as_deref(),
             Kind::Feed(f) => f.setup_error(),
-            Kind::Tcp | Kind::Udp(_) | Kind::Grpc(_) => None,
+            Kind::Grpc(g) => g.setup_error(),
+            Kind::Tcp | Kind::Udp(_) => None,
         }
     }
 
@@ -321,12 +326,7 @@ impl Http {
         let m = &key.monitor;
         let https = m.protocol == Protocol::Https;
         let tls = if https {
-            let name = match &key.target {
-                ProbeTarget::Ip(ip) => ServerName::IpAddress((*ip).into()),
-                ProbeTarget::Host(name) => ServerName::try_from(host_text(name))
-                    .map_err(|e| format!("invalid TLS server name: {e}"))?,
-            };
-            Some((clients.get(m.tls_verify)?, name))
+            Some((clients.get(m.tls_verify)?, server_name(&key.target)?))
         } else {
             None
         };
@@ -381,6 +381,15 @@ fn host_header(key: &ProbeKey) -> String {
 }
 
 /// A host name as written in URLs and Host headers: without the root's trailing dot.
+/// The name a certificate must match: the host name, or the address for an address target.
+fn server_name(target: &ProbeTarget) -> Result<ServerName<'static>, String> {
+    match target {
+        ProbeTarget::Ip(ip) => Ok(ServerName::IpAddress((*ip).into())),
+        ProbeTarget::Host(name) => ServerName::try_from(host_text(name))
+            .map_err(|e| format!("invalid TLS server name: {e}")),
+    }
+}
+
 fn host_text(name: &crate::wire::name::WireName) -> String {
     let text = name.to_string();
     text.strip_suffix('.').map(str::to_string).unwrap_or(text)

@@ -1,9 +1,16 @@
 //! The grpc check: the standard `grpc.health.v1.Health/Check` over plaintext HTTP/2
-//! (h2c), healthy when the answer is SERVING (`docs/probing.md`).
+//! (h2c), or over TLS with ALPN h2 (`tls: true`), healthy when the answer is SERVING
+//! (`docs/probing.md`).
 
 use std::error::Error as StdError;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -18,19 +25,56 @@ const MAX_ANSWER: usize = 1024;
 pub struct GrpcCheck {
     /// The service asked about; empty for the server as a whole.
     service: String,
+    /// For `tls: true`: the TLS client (ALPN h2) and the name the certificate must match,
+    /// or why they could not be set up.
+    tls: Option<Result<(TlsConnector, ServerName<'static>), String>>,
 }
 
 impl GrpcCheck {
-    pub fn new(service: &str) -> GrpcCheck {
-        GrpcCheck { service: service.to_string() }
+    /// `tls` holds the shared client for the monitor's `tls_verify`; its ALPN is replaced
+    /// by h2, which gRPC servers require.
+    pub fn new(
+        service: &str,
+        tls: Option<Result<(TlsConnector, ServerName<'static>), String>>,
+    ) -> GrpcCheck {
+        let tls = tls.map(|t| {
+            t.map(|(connector, name)| {
+                let mut config = connector.config().as_ref().clone();
+                config.alpn_protocols = vec![b"h2".to_vec()];
+                (TlsConnector::from(Arc::new(config)), name)
+            })
+        });
+        GrpcCheck { service: service.to_string(), tls }
+    }
+
+    /// Why this check can never succeed, if its TLS client could not be set up.
+    pub fn setup_error(&self) -> Option<&str> {
+        self.tls.as_ref()?.as_ref().err().map(String::as_str)
     }
 
     /// One Check call over a fresh connection to `addr`.
     pub async fn run(&self, addr: SocketAddr) -> Result<(), Reason> {
-        let uri = format!("http://{addr}");
-        let endpoint = tonic::transport::Endpoint::from_shared(uri)
+        // `http` even over TLS: the dialer below does the TLS, and tonic must not add its own.
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| Reason::Setup(format!("invalid gRPC address: {e}")))?;
-        let channel = endpoint.connect().await.map_err(|e| transport_reason(&e))?;
+        let channel = match &self.tls {
+            None => endpoint.connect().await,
+            Some(Err(e)) => return Err(Reason::Setup(e.clone())),
+            Some(Ok((connector, name))) => {
+                let (connector, name) = (connector.clone(), name.clone());
+                // The channel dials through this: TCP to `addr`, then the TLS handshake.
+                let dial = tower::service_fn(move |_: http::Uri| {
+                    let (connector, name) = (connector.clone(), name.clone());
+                    async move {
+                        let tcp = TcpStream::connect(addr).await?;
+                        let tls = connector.connect(name, tcp).await?;
+                        Ok::<_, io::Error>(TokioIo::new(tls))
+                    }
+                });
+                endpoint.connect_with_connector(dial).await
+            }
+        };
+        let channel = channel.map_err(|e| transport_reason(&e))?;
         let mut client = HealthClient::new(channel).max_decoding_message_size(MAX_ANSWER);
         let request = HealthCheckRequest { service: self.service.clone() };
         let answer = client
