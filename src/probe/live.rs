@@ -19,7 +19,6 @@ use super::consensus::{Consensus, OwnView};
 use super::endpoint::EndpointHealth;
 use super::plan::ProbeKey;
 use super::state::Machine;
-use crate::model::Protocol;
 use crate::model::health::Status;
 use crate::model::vantage;
 
@@ -193,7 +192,7 @@ impl Live {
         let m = &self.key.monitor;
         tracing::debug!(
             target = %self.key.target,
-            protocol = protocol_name(m.protocol),
+            protocol = m.protocol.as_str(),
             port = m.port,
             ok,
             reason = last.reason.as_deref().unwrap_or(""),
@@ -268,7 +267,7 @@ impl Live {
         let m = &self.key.monitor;
         tracing::info!(
             target = %self.key.target,
-            protocol = protocol_name(m.protocol),
+            protocol = m.protocol.as_str(),
             port = m.port,
             old = %from,
             new = %own.status,
@@ -276,10 +275,6 @@ impl Live {
             "probe view of this replica changed"
         );
     }
-}
-
-pub fn protocol_name(p: Protocol) -> &'static str {
-    p.as_str()
 }
 
 #[cfg(test)]
@@ -290,7 +285,7 @@ mod tests {
     use crate::model::events::Events;
     use crate::model::health::HealthTable;
     use crate::model::vantage::{Verdict, View as VantageView};
-    use crate::model::{Monitor, MonitorRule};
+    use crate::model::{Monitor, MonitorRule, Protocol};
     use crate::probe::endpoint::Spec;
     use crate::probe::plan::ProbeTarget;
 

@@ -64,7 +64,7 @@ pub mod http_get {
 }
 pub use consensus::{Consensus, OwnView};
 pub use endpoint::{EndpointView, MonitorState};
-pub use live::{ProbeResult, StatusChange, Vantage, protocol_name};
+pub use live::{ProbeResult, StatusChange, Vantage};
 pub use plan::{ProbeKey, ProbeTarget};
 pub use pushed::PushedHealth;
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
@@ -421,7 +421,7 @@ impl Prober {
         }
         tracing::debug!(
             target = %key.target,
-            protocol = protocol_name(key.monitor.protocol),
+            protocol = key.monitor.protocol.as_str(),
             port = key.monitor.port,
             "probe started"
         );

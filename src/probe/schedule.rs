@@ -18,7 +18,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::check::{Check, Reason};
-use super::live::{Live, protocol_name};
+use super::live::Live;
 use super::plan::ProbeKey;
 use crate::model::Protocol;
 
@@ -174,7 +174,7 @@ impl Stats {
                 .map(|(b, n)| (*b, n.load(Ordering::Relaxed)))
                 .collect();
             DurationHistogram {
-                protocol: protocol_name(p),
+                protocol: p.as_str(),
                 sum: h.sum_us.load(Ordering::Relaxed) as f64 / 1e6,
                 count: buckets.iter().map(|(_, n)| n).sum(),
                 buckets,

@@ -430,7 +430,7 @@ fn decode(node: &str, value: &[u8]) -> Option<View> {
 /// other byte is percent-encoded, so an id never holds `/`.
 pub fn probe_id(key: &ProbeKey) -> String {
     let m = &key.monitor;
-    let protocol = crate::probe::protocol_name(m.protocol);
+    let protocol = m.protocol.as_str();
     let target = match &key.target {
         ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
         other => other.to_string(),
@@ -459,7 +459,7 @@ fn definition(key: &ProbeKey) -> String {
     let m = &key.monitor;
     let mut fields = vec![
         key.target.to_string(),
-        crate::probe::protocol_name(m.protocol).to_string(),
+        m.protocol.as_str().to_string(),
         m.port.to_string(),
         m.path.clone(),
         m.interval.as_millis().to_string(),
