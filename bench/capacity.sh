@@ -7,25 +7,31 @@
 # $SERVER_CPU with one worker (one UDP socket, or one AF_XDP queue); kxdpgun runs pinned to
 # CPU $GEN_CPU in the other namespace.
 #
+# The kernel's work goes to the core of the side it serves: veth receives through NAPI
+# only with GRO on, and then in the sender's softirq unless NAPI is threaded; here each
+# side's NAPI thread is pinned to its own core at real-time priority (as a NIC's softirq
+# would be), so the server core pays for the server's receive, stack and send work and
+# the generator core for the generator's. Knot leaves its XDP program attached when it
+# stops: it is detached after every server, and an XDP server whose own program did not
+# take the interface (a fallback to sockets) stops the run.
+#
 # Capacity: the highest offered rate (kxdpgun -Q) of which at least 98 % is answered,
-# found by bisection between 0 and the generator's own ceiling, per server and name set
-# (static: A records; routed: a weighted name — for Knot, which has no routing, the same
-# name as a static record), in ROUNDS rounds whose server order rotates. Reported: median
-# and range. The generator's ceiling is measured first against a server that drops
-# everything (an XDP program that answers nothing does not exist here, so: the rate
-# kxdpgun reaches with -r, replies dropped); a capacity within 5 % of that ceiling is
-# reported as "≥ ceiling (generator-bound)", not as a capacity.
+# found by bisection between 0 and the generator's ceiling (kxdpgun offering far more than
+# it can, replies dropped), per server and name set (static: A records; routed: a weighted
+# name — for Knot, which has no routing, the same name as a static record), in ROUNDS
+# rounds whose server order rotates. Reported: median and range. When the lowest failing
+# rate failed because kxdpgun sent less than 97 % of it, the generator's core was the
+# limit: the figure is marked as a floor, not a capacity.
 #
-# CPU per answered query, from /proc/stat per CPU during a run at 90 % of the capacity:
-# all busy time of the server's CPU (user+nice+system+irq+softirq) plus the softirq time of
-# the generator's CPU, over the answers. On veth the receive softirq of the server side
-# runs on the sending CPU, so counting only the server's CPU would flatter the socket paths
-# (their kernel work is billed to the generator's core); the generator's own user and
-# system time stay out.
+# Cost: µs of the server core per answer at one fixed rate for every server
+# (--cost-rate, default 150000), from /proc/stat over a window inside the run, answers
+# counted as frames the server side sent; 1e6 / cost is the rate one core could answer
+# were it the only limit. Unlike capacity, it does not depend on the generator keeping up.
 #
-# Requirements (Debian): knot knot-dnsutils (kxdpgun, kdig) gdnsd iproute2, root, 2+ CPUs.
+# Requirements (Debian): knot knot-dnsutils (kxdpgun, kdig) gdnsd iproute2 ethtool, root,
+# 2+ CPUs.
 # Usage: bench/capacity.sh [-r ROUNDS] [-t SECONDS] [--servers LIST] [--names LIST]
-#                          [--no-build] [--keep]
+#                          [--cost-rate QPS] [--cost-only] [--no-build] [--keep]
 # STEERDNS_BIN=PATH runs that binary instead of target/release/steerdns (with --no-build).
 # Default: -r 3 -t 5 --servers sd-sock,sd-xdp,gdnsd,knot-sock,knot-xdp --names static,routed
 set -euo pipefail
@@ -38,11 +44,15 @@ SERVER_CPU=0
 GEN_CPU=1
 BUILD=1
 KEEP=0
+COST_RATE=150000
+COST_ONLY=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -r) ROUNDS=$2; shift 2 ;;
     -t) DURATION=$2; shift 2 ;;
+    --cost-rate) COST_RATE=$2; shift 2 ;;
+    --cost-only) COST_ONLY=1; shift ;;
     --servers) SERVERS=$2; shift 2 ;;
     --names) NAMES=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
@@ -53,7 +63,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-for tool in kxdpgun knotd gdnsd kdig ip taskset; do
+for tool in kxdpgun knotd gdnsd kdig ip taskset ethtool; do
   command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] || { echo "missing $tool" >&2; exit 2; }
 done
 [[ $(id -u) == 0 ]] || { echo "needs root (namespaces, XDP)" >&2; exit 2; }
@@ -79,6 +89,22 @@ ip link add "$IF_S" netns "$NS_S" type veth peer name "$IF_G" netns "$NS_G"
 ip -n "$NS_S" addr add $SRV/24 dev "$IF_S"; ip -n "$NS_G" addr add $GEN/24 dev "$IF_G"
 for x in "$NS_S:$IF_S" "$NS_G:$IF_G"; do
   ip -n "${x%%:*}" link set "${x#*:}" up; ip -n "${x%%:*}" link set lo up
+done
+# Each side's receive work on its own core. Without NAPI, veth runs the receiving side's
+# network stack in the sender's softirq, so the generator's core would do the server's
+# kernel work (and the socket servers would look as fast as the XDP ones). With GRO on,
+# veth receives through NAPI; threaded NAPI puts that in a kernel thread, pinned here to
+# the receiving side's core.
+for x in "$NS_S:$IF_S:$SERVER_CPU" "$NS_G:$IF_G:$GEN_CPU"; do
+  IFS=: read -r ns ifname cpu <<<"$x"
+  ip netns exec "$ns" ethtool -K "$ifname" gro on >/dev/null
+  ip netns exec "$ns" sh -c "echo 1 >/sys/class/net/$ifname/threaded"
+  # Real-time priority, as a NIC's softirq has over user code: without it kxdpgun's busy
+  # sending starves its own receive thread and the 256-frame veth ring overflows.
+  for pid in $(pgrep "^napi/$ifname-"); do
+    taskset -pc "$cpu" "$pid" >/dev/null; chrt -f -p 50 "$pid"
+  done
+  [[ -n $(pgrep "^napi/$ifname-") ]] || { echo "no NAPI thread for $ifname" >&2; exit 2; }
 done
 # One queue each way, so one worker serves everything.
 SRV_MAC=$(ip netns exec "$NS_S" cat "/sys/class/net/$IF_S/address")
@@ -168,9 +194,12 @@ start() {  # start SERVER
     knot-sock) cmd=(knotd -c "$WORK/kn/sock.conf") ;;
     knot-xdp) cmd=(knotd -c "$WORK/kn/xdp.conf") ;;
   esac
-  in_s taskset -c "$SERVER_CPU" "${cmd[@]}" >"$WORK/$1.log" 2>&1 &
+  # Not through `in_s`: a function in the background is a subshell, and $! would be that
+  # shell rather than the server (which would then outlive stop_server).
+  ip netns exec "$NS_S" taskset -c "$SERVER_CPU" "${cmd[@]}" >"$WORK/$1.log" 2>&1 &
   SERVER_PID=$!; PIDS+=("$SERVER_PID")
   for _ in $(seq 100); do
+    kill -0 "$SERVER_PID" 2>/dev/null || { echo "$1 exited; log:" >&2; cat "$WORK/$1.log" >&2; exit 1; }
     if in_g kdig +short +timeout=1 +retry=0 @$SRV www.bench.test A 2>/dev/null | grep -q 192.0.2.21; then
       return 0
     fi
@@ -178,17 +207,39 @@ start() {  # start SERVER
   done
   echo "$1 did not start; log:" >&2; cat "$WORK/$1.log" >&2; exit 1
 }
-stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+# start SERVER, then check that an XDP server's own program took the interface (a server
+# that fell back to sockets would be measured as the wrong thing).
+start_checked() {
+  start "$1"
+  local prog
+  prog=$(xdp_prog)
+  case "$1:$prog" in
+    sd-xdp:steerdns*|knot-xdp:xdp_redirect*|sd-sock:|gdnsd:|knot-sock:) ;;
+    *) echo "$1: unexpected XDP program on $IF_S: '${prog}'; log:" >&2; cat "$WORK/$1.log" >&2; exit 1 ;;
+  esac
+}
+# Which XDP program is attached to the server's interface ("" for none).
+xdp_prog() { in_s ip -o link show dev "$IF_S" | sed -n 's/.*prog\/xdp id [0-9]* name \([^ ]*\).*/\1/p'; }
+stop_server() {
+  kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true
+  # Knot leaves its XDP program attached when it stops (it takes it over on a restart);
+  # left there, it would tax every later server and make steerdns fall back to sockets.
+  in_s ip link set dev "$IF_S" xdp off
+  if in_g kdig +short +timeout=1 +retry=0 @$SRV www.bench.test A 2>/dev/null | grep -q .; then
+    echo "something still answers after stopping the server" >&2; exit 1
+  fi
+}
 
-# 4. One run: offered rate -> answered share (percent) and answers per second.
-gun() {  # gun RATE QUERYFILE [extra kxdpgun args] -> "answered_pct replies_per_s"
+# 4. One run: offered rate -> answered share (percent), answers and queries sent per second.
+gun() {  # gun RATE QUERYFILE [extra kxdpgun args] -> "answered_pct replies_per_s sent_per_s"
   local out
   out=$(in_g taskset -c "$GEN_CPU" kxdpgun -t "$DURATION" -Q "$1" -i "$2" -I "$IF_G" \
         -F "${GEN_CPU}s1" "${@:3}" $SRV 2>&1) || true
   echo "$out" >>"$WORK/gun.log"
-  awk '/total replies:/ { gsub(/[()%]/, ""); r = $3; p = $(NF) }
+  awk '/total replies:/ { r = $3 }
        /total queries:/ { q = $3 }
-       END { if (q > 0) printf "%.2f %d\n", 100 * r / q, r / '"$DURATION"'; else print "0 0" }' <<<"$out"
+       END { if (q > 0) printf "%.2f %d %d\n", 100 * r / q, r / '"$DURATION"', q / '"$DURATION"'
+             else print "0 0 0" }' <<<"$out"
 }
 
 # The generator's ceiling: the rate it reaches offering far more than it can, replies
@@ -200,62 +251,89 @@ ceiling() {
   awk '/total queries:/ { print int($3 / '"$DURATION"') }' <<<"$out"
 }
 
-capacity() {  # capacity QUERYFILE CEILING -> highest rate with >= 98 % answered
-  local lo=0 hi=$2 mid pct
+# capacity QUERYFILE CEILING -> "RATE BOUND": the highest rate with >= 98 % answered, and
+# whether the bisection's lowest failing rate failed because the generator could not
+# send it (sent < 97 % of offered: the limit was the generator's core, not the server).
+capacity() {
+  local lo=0 hi=$2 mid pct sent bound=1
   while (( hi - lo > hi / 50 + 1000 )); do
     mid=$(( (lo + hi) / 2 ))
-    read -r pct _ < <(gun "$mid" "$1")
-    if awk -v p="$pct" 'BEGIN { exit !(p >= 98) }'; then lo=$mid; else hi=$mid; fi
+    read -r pct _ sent < <(gun "$mid" "$1")
+    if awk -v p="$pct" -v s="$sent" -v m="$mid" 'BEGIN { exit !(p >= 98 && s >= m * 0.97) }'; then
+      lo=$mid
+    else
+      hi=$mid
+      bound=$(awk -v s="$sent" -v m="$mid" 'BEGIN { print (s < m * 0.97) ? 1 : 0 }')
+    fi
   done
-  echo "$lo"
+  echo "$lo $bound"
 }
 
-busy() {  # busy CPU -> busy ticks (user nice system irq softirq) of that CPU
-  awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 }' /proc/stat
+ticks() {  # ticks CPU -> "busy total": busy (user nice system irq softirq) and all ticks
+  awk -v c="cpu$1" '$1 == c { b = $2 + $3 + $4 + $7 + $8; t = 0
+    for (i = 2; i <= NF; i++) t += $i; print b, t }' /proc/stat
 }
-softirq() {  # softirq CPU -> softirq ticks of that CPU
-  awk -v c="cpu$1" '$1 == c { print $8 }' /proc/stat
+
+# cost RATE QUERYFILE -> "US BUSY": µs of the server core per answer at RATE (everything
+# the server side costs: its threads and, through the pinned NAPI thread, its kernel
+# receive and send work), and that core's busy percent. Read over a window inside the
+# run (kxdpgun's start and stop stay out), answers counted as frames the server side sent.
+cost() {
+  local s0 s1 a0 a1 hz pid window=$DURATION
+  in_g taskset -c "$GEN_CPU" kxdpgun -t $((window + 2)) -Q "$1" -i "$2" -I "$IF_G" \
+    -F "${GEN_CPU}s1" $SRV >>"$WORK/gun.log" 2>&1 &
+  pid=$!
+  sleep 1
+  s0=$(ticks $SERVER_CPU); a0=$(in_s cat "/sys/class/net/$IF_S/statistics/tx_packets")
+  sleep "$window"
+  s1=$(ticks $SERVER_CPU); a1=$(in_s cat "/sys/class/net/$IF_S/statistics/tx_packets")
+  wait "$pid" || true
+  hz=$(getconf CLK_TCK)
+  awk -v a="$s0" -v b="$s1" -v n=$((a1 - a0)) -v hz="$hz" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); busy = y[1] - x[1]
+    if (n > 0) printf "%.2f %.0f\n", busy / hz * 1e6 / n, 100 * busy / (y[2] - x[2])
+    else print "- 0" }'
 }
 
 start sd-sock
 CEIL=$(ceiling)
 stop_server
 echo "generator ceiling: $CEIL queries/s (kxdpgun, one core, replies dropped)"
+echo "cost measured at $COST_RATE queries/s"
 
 IFS=, read -ra SV <<<"$SERVERS"
 IFS=, read -ra NM <<<"$NAMES"
 RESULTS=$WORK/results.tsv
+echo -e "round\tserver\tnames\tcapacity\tgenerator_bound\tus_per_answer\tserver_busy_pct"
 for ((round = 0; round < ROUNDS; round++)); do
   n=${#SV[@]}
   for ((k = 0; k < n; k++)); do
     s=${SV[$(( (k + round) % n ))]}
-    start "$s"
+    start_checked "$s"
     for name in "${NM[@]}"; do
-      cap=$(capacity "$WORK/$name.q" "$CEIL")
-      rate=$(( cap * 9 / 10 ))
-      b0s=$(busy $SERVER_CPU); b0g=$(softirq $GEN_CPU)
-      read -r _ replies < <(gun "$rate" "$WORK/$name.q")
-      b1s=$(busy $SERVER_CPU); b1g=$(softirq $GEN_CPU)
-      hz=$(getconf CLK_TCK)
-      # µs of CPU per answer: the server's core and the generator core's softirq.
-      us=$(awk -v a=$((b1s - b0s + b1g - b0g)) -v r="$replies" -v t="$DURATION" -v hz="$hz" \
-           'BEGIN { if (r > 0) printf "%.2f", a / hz * 1e6 / (r * t); else print "-" }')
-      printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$name" "$cap" "$us" | tee -a "$RESULTS"
+      cap=0 bound=0
+      (( COST_ONLY )) || read -r cap bound < <(capacity "$WORK/$name.q" "$CEIL")
+      read -r us busy < <(cost "$COST_RATE" "$WORK/$name.q")
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$name" "$cap" "$bound" "$us" "$busy" |
+        tee -a "$RESULTS"
     done
     stop_server
   done
 done
 
 echo
-echo "server  names  capacity(median)  range  cpu_us_per_answer(median)"
+printf '%-10s %-7s %10s  %-15s %8s %14s\n' server names capacity range "us/ans" "1e6/(us/ans)"
+med() { awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 for s in "${SV[@]}"; do
   for name in "${NM[@]}"; do
     caps=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { print $4 }' "$RESULTS" | sort -n)
-    cost=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { print $5 }' "$RESULTS" | sort -n)
     [[ -n $caps ]] || continue
-    med() { awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-    m=$(med <<<"$caps"); lo=$(head -1 <<<"$caps"); hi=$(tail -1 <<<"$caps")
-    tag=; (( m * 100 >= CEIL * 95 )) && tag=" (generator-bound: not a capacity)"
-    printf '%-10s %-7s %10d  %d-%d  %s%s\n' "$s" "$name" "$m" "$lo" "$hi" "$(med <<<"$cost")" "$tag"
+    costs=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { print $6 }' "$RESULTS" | sort -n)
+    bounds=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { b += $5 } END { print b + 0 }' "$RESULTS")
+    m=$(med <<<"$caps"); c=$(med <<<"$costs")
+    tag=; (( bounds > 0 )) && tag="  (generator-bound in $bounds round(s): a floor, not a capacity)"
+    printf '%-10s %-7s %10d  %-15s %8s %14s%s\n' "$s" "$name" "$m" \
+      "$(head -1 <<<"$caps")-$(tail -1 <<<"$caps")" "$c" \
+      "$(awk -v c="$c" 'BEGIN { if (c > 0) printf "%d", 1e6 / c; else print "-" }')" "$tag"
   done
 done
