@@ -1,6 +1,7 @@
 //! What `cluster:` configures: this replica's name, the etcd cluster that holds the shared
-//! truth (profiles, health views, operator overrides) and the rule that turns the health
-//! views of every replica into one status. Read once at startup; a change needs a restart.
+//! truth (profiles, health views, operator overrides, pushed health) and the rule that
+//! turns the health views of every replica into one status. Read once at startup; a change
+//! needs a restart.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -54,6 +55,12 @@ impl EtcdSettings {
     /// `<prefix>overrides/`.
     pub fn overrides_prefix(&self) -> String {
         format!("{}overrides/", self.prefix)
+    }
+
+    /// `<prefix>pushed/`: health pushed through the admin API, one key per endpoint (the
+    /// key `<prefix>pushed` itself is `cluster push`'s marker).
+    pub fn pushed_prefix(&self) -> String {
+        format!("{}pushed/", self.prefix)
     }
 
     /// `<prefix>leaders/`: one key per role led by one replica of the cluster.

@@ -282,6 +282,13 @@ impl EndpointHealth {
                 }),
                 _ => None,
             };
+            // A push that expired before this endpoint saw it live is known all the same.
+            if m.protocol == Protocol::Pushed {
+                m.last_known = m
+                    .last_known
+                    .take()
+                    .or_else(|| self.external.pushed.known(&self.profile, &self.endpoint));
+            }
             let (status, reason) = match data {
                 Some((healthy, reason)) => {
                     let status = if healthy { Status::Online } else { Status::Degraded };

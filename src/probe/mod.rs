@@ -10,9 +10,10 @@
 //! keeps probes whose definition did not change (state and phase included), stops the ones
 //! no longer used and starts new ones in `checking`. Each monitored endpoint's status is
 //! its monitors' results combined by its rule (`endpoint`); `pushed` and `file` monitors
-//! read `external`, which the admin API (`push_health`) and the health-file watcher
-//! (`health_files`) fill. The server calls `adopt` on every
-//! reload; the admin API reads `endpoint_states`, `stats` and `durations`. In a cluster,
+//! read `external`, which the admin API (`push_health`; in a cluster, the pushes etcd holds
+//! through `apply_shared_push`) and the health-file watcher (`health_files`) fill. The
+//! server calls `adopt` on every reload; the admin API reads `endpoint_states`, `stats` and
+//! `durations`. In a cluster,
 //! a `Consensus` (`consensus`) turns each probe's own status into the verdict over every
 //! replica's view, and `republish` applies the others' changes.
 
@@ -42,6 +43,7 @@ use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -167,6 +169,8 @@ pub struct Prober {
     consensus: Option<Arc<dyn Consensus>>,
     /// Pushed statuses and health files, for `pushed` and `file` monitors.
     external: Arc<External>,
+    /// Whether pushes are shared through etcd (`share_pushes`).
+    pushes_shared: AtomicBool,
 }
 
 impl Prober {
@@ -201,6 +205,7 @@ impl Prober {
             sources: Arc::new(ArcSwap::from_pointee(snap.probe_source)),
             consensus,
             external: Arc::default(),
+            pushes_shared: AtomicBool::new(false),
         };
         let (_, started, _) = prober.switch(snap);
         tracing::info!(probes = started, "health prober started");
@@ -247,7 +252,9 @@ impl Prober {
         let files: HashSet<PathBuf> = endpoints.values().flat_map(|e| e.files()).collect();
         self.adopted.store(Arc::new(Adopted { plan, table, lives, endpoints }));
         self.watch_files(files);
-        self.external.pushed.retain(|p, e| self.adopted.load().named(p, e).is_some());
+        if !self.pushes_shared.load(Ordering::Relaxed) {
+            self.external.pushed.retain(|p, e| self.adopted.load().named(p, e).is_some());
+        }
         // A new probe took its first verdict before `republish` could find it: views that
         // changed in between are taken into account now.
         started.iter().for_each(|live| live.reevaluate());
@@ -366,28 +373,8 @@ impl Prober {
         endpoint: &str,
         push: PushedHealth,
     ) -> Result<Option<PushedHealth>, PushError> {
-        let adopted = self.adopted.load();
-        let e = adopted.pushable(profile, endpoint)?;
-        let ttl = push.ttl;
-        let before = self.external.pushed.set(profile, endpoint, push);
-        e.refresh();
-        let adopted = self.adopted.clone();
-        let (profile, endpoint) = (profile.to_string(), endpoint.to_string());
-        let cancel = self.cancel.clone();
-        let (p, ep) = (profile.clone(), endpoint.clone());
-        let timer = self.runtime.spawn(async move {
-            tokio::select! {
-                () = cancel.cancelled() => {}
-                // A moment after the end, so that the push is no longer live when read.
-                () = tokio::time::sleep(ttl + std::time::Duration::from_millis(1)) => {
-                    if let Some(e) = adopted.load().named(&p, &ep) {
-                        e.refresh();
-                    }
-                }
-            }
-        });
-        self.external.pushed.set_timer(&profile, &endpoint, timer.abort_handle());
-        Ok(before)
+        self.adopted.load().pushable(profile, endpoint)?;
+        Ok(self.keep_push(profile, endpoint, push))
     }
 
     /// Clears the push to an endpoint; returns it.
@@ -401,6 +388,65 @@ impl Prober {
         let before = self.external.pushed.clear(profile, endpoint);
         e.refresh();
         Ok(before)
+    }
+
+    /// Whether `endpoint` of `profile` takes pushes in the current configuration, or why
+    /// not (checked before a push is shared with the other replicas).
+    pub fn check_pushable(&self, profile: &str, endpoint: &str) -> Result<(), PushError> {
+        self.adopted.load().pushable(profile, endpoint).map(|_| ())
+    }
+
+    /// In a cluster, pushes are etcd's: kept across reloads whether or not this
+    /// configuration has their endpoint (one that appears later applies its push), and
+    /// forgotten only through `apply_shared_push`.
+    pub fn share_pushes(&self) {
+        self.pushes_shared.store(true, Ordering::Relaxed);
+    }
+
+    /// Keeps (`Some`) or forgets (`None`) the push etcd holds for `endpoint` of `profile`,
+    /// whether or not this configuration has the endpoint; returns the push it replaces.
+    pub fn apply_shared_push(
+        &self,
+        profile: &str,
+        endpoint: &str,
+        push: Option<PushedHealth>,
+    ) -> Option<PushedHealth> {
+        match push {
+            Some(push) => self.keep_push(profile, endpoint, push),
+            None => {
+                let before = self.external.pushed.clear(profile, endpoint);
+                if let Some(e) = self.adopted.load().named(profile, endpoint) {
+                    e.refresh();
+                }
+                before
+            }
+        }
+    }
+
+    /// Keeps `push`, evaluates the endpoint again (when configured) now and when the push
+    /// expires; returns the push it replaces.
+    fn keep_push(&self, profile: &str, endpoint: &str, push: PushedHealth) -> Option<PushedHealth> {
+        let expires = push.expires;
+        let before = self.external.pushed.set(profile, endpoint, push);
+        if let Some(e) = self.adopted.load().named(profile, endpoint) {
+            e.refresh();
+        }
+        let adopted = self.adopted.clone();
+        let cancel = self.cancel.clone();
+        let (p, ep) = (profile.to_string(), endpoint.to_string());
+        let timer = self.runtime.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                // A moment after the end, so that the push is no longer live when read.
+                () = tokio::time::sleep_until(expires + std::time::Duration::from_millis(1)) => {
+                    if let Some(e) = adopted.load().named(&p, &ep) {
+                        e.refresh();
+                    }
+                }
+            }
+        });
+        self.external.pushed.set_timer(profile, endpoint, timer.abort_handle());
+        before
     }
 
     /// The last push to an endpoint, live or not.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use super::cluster::applied::Applied;
 use super::cluster::health::HealthViews;
 use super::cluster::override_record::{Authors, UNKNOWN_AUTHOR};
 use super::cluster::{Session, profiles};
@@ -60,7 +61,9 @@ pub struct Control {
     pub cluster: Option<Arc<Session>>,
     /// The etcd revision up to which the overrides etcd holds are applied here (0 before
     /// the first read), so that a change made here answers once it applies here.
-    shared_revision: watch::Sender<i64>,
+    shared_revision: Applied,
+    /// The same for the pushed health etcd holds (`cluster::pushed`).
+    pub pushed_revision: Applied,
     /// The profiles revision and the generation being served, for this replica's
     /// registration in etcd.
     served: watch::Sender<Served>,
@@ -148,7 +151,8 @@ impl Control {
             rum: OnceLock::new(),
             notify: OnceLock::new(),
             load: Arc::default(),
-            shared_revision: watch::Sender::new(0),
+            shared_revision: Applied::default(),
+            pushed_revision: Applied::default(),
             served: watch::Sender::new(served),
             reloading: Mutex::new(Reloading {
                 cache,
@@ -452,11 +456,7 @@ impl Control {
                 self.rebuild_shared(&mut state, &next, &targets, authors);
             }
         }
-        self.shared_revision.send_if_modified(|r| {
-            let newer = revision > *r;
-            *r = (*r).max(revision);
-            newer
-        });
+        self.shared_revision.advance(revision);
     }
 
     /// The patch of `apply_shared_overrides`, and the log lines and events of what it
@@ -522,9 +522,7 @@ impl Control {
     /// Waits until the overrides etcd holds are applied here up to `revision`, at most
     /// `limit`; whether they are.
     pub async fn wait_shared_overrides(&self, revision: i64, limit: Duration) -> bool {
-        let mut applied = self.shared_revision.subscribe();
-        let reached = applied.wait_for(|r| *r >= revision);
-        matches!(tokio::time::timeout(limit, reached).await, Ok(Ok(_)))
+        self.shared_revision.wait(revision, limit).await
     }
 
     /// Writes the state file: `overrides` and the newest events.

@@ -19,6 +19,7 @@ pub mod load;
 pub mod notify;
 pub mod overrides;
 pub mod presign;
+pub mod pushes;
 pub mod reloader;
 pub mod rrl;
 pub mod rum;
@@ -158,13 +159,18 @@ impl Server {
             _watcher: None,
             xdp: None,
         };
-        // The overrides other replicas set apply before this one answers a query.
-        let follower = match &session {
+        // The overrides and pushed health other replicas set apply before this one
+        // answers a query; both are read at once.
+        let (follower, pushes) = match &session {
             Some(s) => {
                 let (control, cancel) = (server.control.clone(), server.cancel.clone());
-                Some(cluster::overrides::Follower::start(control, s.clone(), cancel).await)
+                let overrides =
+                    cluster::overrides::Follower::start(control.clone(), s.clone(), cancel.clone());
+                let pushes = cluster::pushed::Follower::start(control, s.clone(), cancel);
+                let (overrides, pushes) = tokio::join!(overrides, pushes);
+                (Some(overrides), Some(pushes))
             }
-            None => None,
+            None => (None, None),
         };
         match presign::spawn(server.control.shared.clone(), server.cancel.clone()) {
             Ok(t) => server.threads.push(t),
@@ -233,6 +239,9 @@ impl Server {
         }
         if let Some(follower) = follower {
             server.cluster_tasks.spawn(follower.run(server.cancel.clone()));
+        }
+        if let Some(pushes) = pushes {
+            server.cluster_tasks.spawn(pushes.run(server.cancel.clone()));
         }
         server._watcher = match watch::spawn(server.control.clone(), server.cancel.clone()) {
             Ok(w) => Some(w),

@@ -1,9 +1,10 @@
 //! `PUT` and `DELETE /api/v1/profiles/{name}/endpoints/{endpoint}/health`: a health status
 //! pushed to an endpoint for a time to live, and clearing it. It is the result of the
 //! endpoint's `pushed` monitor, or overrides an endpoint without one (`docs/probing.md`,
-//! "Pushed health"). Recorded as events with who pushed it.
+//! "Pushed health"). Recorded as events with who pushed it. In a cluster both go through
+//! etcd to every replica (`cluster::pushed`).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Extension;
 use axum::Json;
@@ -16,11 +17,12 @@ use serde_json::{Value, json};
 
 use super::extract::JsonPath;
 use super::{Caller, Shared, error};
-use crate::model::events::{Event, Kind};
 use crate::model::health_file::truncate;
 use crate::probe::pushed::{MAX_TEXT, MAX_TTL, MIN_TTL};
 use crate::probe::{PushError, PushedHealth};
 use crate::responder::explain;
+use crate::server::cluster::pushed::{self as shared, ShareError};
+use crate::server::pushes;
 use crate::wire::name::WireName;
 
 /// The body of `PUT .../health`.
@@ -86,6 +88,15 @@ fn refused(e: &PushError) -> Response {
     error(code, e.to_string())
 }
 
+/// The answer to a push or a clear that etcd did not take.
+fn not_shared(e: &ShareError) -> Response {
+    match e {
+        ShareError::Refused(e) => refused(e),
+        ShareError::Unavailable(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        ShareError::Contended => error(StatusCode::CONFLICT, e.to_string()),
+    }
+}
+
 fn shown(profile: &str, endpoint: &str, push: Option<&PushedHealth>) -> Value {
     json!({
         "profile": profile,
@@ -127,23 +138,21 @@ pub async fn push(
         }
     };
     let by = asked.by.unwrap_or_else(|| caller.0.clone());
-    let push = PushedHealth {
-        healthy: asked.healthy,
-        reason: asked.reason,
-        by: by.clone(),
-        at: tokio::time::Instant::now(),
-        at_wall: SystemTime::now(),
-        ttl: asked.ttl,
-    };
-    if let Err(e) = c.prober.push_health(&profile, &endpoint, push.clone()) {
-        return refused(&e);
+    let push = PushedHealth::new(asked.healthy, asked.reason, by, asked.ttl);
+    match c.cluster.clone() {
+        // Replicas share pushes: it goes to etcd, and applies (and is recorded) from there.
+        Some(session) => {
+            if let Err(e) = shared::push(&c, &session, &profile, &endpoint, &push).await {
+                return not_shared(&e);
+            }
+        }
+        None => {
+            if let Err(e) = c.prober.push_health(&profile, &endpoint, push.clone()) {
+                return refused(&e);
+            }
+            pushes::pushed(&c.events, &profile, &endpoint, &push);
+        }
     }
-    let status = if push.healthy { "healthy" } else { "unhealthy" };
-    tracing::info!(%profile, %endpoint, status, reason = push.reason, ttl = %humantime::format_duration(push.ttl), %by, "health pushed");
-    let event = Event::new(Kind::HealthPushed, &profile, &endpoint).by(&by);
-    let mut event = if push.reason.is_empty() { event } else { event.reason(push.reason.as_str()) };
-    event.to = Some(status.to_string());
-    c.events.record(event);
     Json(shown(&profile, &endpoint, Some(&push))).into_response()
 }
 
@@ -157,17 +166,22 @@ pub async fn clear(
         Ok(p) => p,
         Err((code, message)) => return error(code, message),
     };
-    match c.prober.clear_health(&profile, &endpoint) {
-        Err(e) => refused(&e),
-        Ok(before) => {
-            if before.is_some() {
-                tracing::info!(%profile, %endpoint, by = %caller.0, "pushed health cleared");
-                let event = Event::new(Kind::HealthCleared, &profile, &endpoint).by(&caller.0);
-                c.events.record(event);
+    match c.cluster.clone() {
+        Some(session) => {
+            if let Err(e) = shared::clear(&c, &session, &profile, &endpoint, &caller.0).await {
+                return not_shared(&e);
             }
-            Json(shown(&profile, &endpoint, None)).into_response()
         }
+        None => match c.prober.clear_health(&profile, &endpoint) {
+            Err(e) => return refused(&e),
+            Ok(before) => {
+                if before.is_some() {
+                    pushes::cleared(&c.events, &profile, &endpoint, &caller.0);
+                }
+            }
+        },
     }
+    Json(shown(&profile, &endpoint, None)).into_response()
 }
 
 #[cfg(test)]

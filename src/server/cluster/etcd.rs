@@ -174,6 +174,17 @@ impl EtcdError {
     }
 }
 
+/// One etcd request, given at most `limit`.
+pub async fn within<T>(
+    limit: Duration,
+    request: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, EtcdError> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(answer) => answer.map_err(EtcdError::from),
+        Err(_) => Err(EtcdError::Timeout(limit)),
+    }
+}
+
 /// A client for `settings`. Nothing is sent yet: the channel connects on first use and
 /// reconnects by itself after etcd comes back. With a user (`cluster.etcd.username`),
 /// requests carry no token until `log_in` succeeds.

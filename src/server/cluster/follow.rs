@@ -7,6 +7,7 @@
 //! replaced by logging in again. Failures wait a bounded backoff; the follower stops on
 //! the shutdown token or when its consumer goes away.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use super::etcd::{Backoff, EtcdError, MAX_MESSAGE, fetch_range, prefix_end};
+
+/// Keys remembered as warned about, at most: past it they are forgotten (and warned about
+/// again) rather than memory grow.
+const WARNED_KEYS: usize = 10_000;
 
 /// Longest wait for etcd to take a watch: past it the connection counts as lost.
 const OPEN_LIMIT: Duration = Duration::from_secs(5);
@@ -62,6 +67,35 @@ pub enum Event {
     /// Following again after `Lost`, from the revision after `revision`: every change
     /// made meanwhile follows.
     Resumed { revision: i64 },
+}
+
+/// The first event of a follower when it is the read of the whole range, waiting at most
+/// `limit` (a replica starting applies it before it answers); else why there is none.
+pub async fn first_read(
+    events: &mut mpsc::Receiver<Event>,
+    limit: Duration,
+) -> Result<Event, String> {
+    match tokio::time::timeout(limit, events.recv()).await {
+        Ok(Some(event @ Event::Snapshot { .. })) => Ok(event),
+        Ok(Some(Event::Lost { error })) => Err(error),
+        Ok(_) => Err("the follower stopped".to_string()),
+        Err(_) => Err(EtcdError::Timeout(limit).to_string()),
+    }
+}
+
+/// The keys of a followed range already warned about, so that a key that stays wrong is
+/// logged once.
+#[derive(Debug, Default)]
+pub struct Warned(HashSet<String>);
+
+impl Warned {
+    /// Whether `key` was not warned about yet (and is now taken as warned).
+    pub fn first(&mut self, key: &str) -> bool {
+        if self.0.len() >= WARNED_KEYS {
+            self.0.clear();
+        }
+        self.0.insert(key.to_string())
+    }
 }
 
 /// One key written or deleted.

@@ -20,7 +20,8 @@ const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%').add(b' ');
 /// while this replica was away.
 pub const UNKNOWN_AUTHOR: &str = "etcd";
 
-/// The key of `endpoint` of `profile` (absolute) under `prefix` (`<prefix>overrides/`).
+/// The key of `endpoint` of `profile` (absolute) under `prefix` (`<prefix>overrides/`; the
+/// pushed health and the pushed loads lay their keys out the same way).
 pub fn key(prefix: &str, profile: &str, endpoint: &str) -> String {
     format!("{prefix}{}/{}", escape(profile), escape(endpoint))
 }
@@ -33,7 +34,7 @@ pub fn escape(part: &str) -> String {
 /// The (profile, endpoint) of a key under `prefix`; the profile as `Profile::name` spells
 /// it. `Err` says what is wrong with the key.
 pub fn parse_key(prefix: &str, key: &str) -> Result<(String, String), String> {
-    let rest = key.strip_prefix(prefix).ok_or("outside the overrides prefix")?;
+    let rest = key.strip_prefix(prefix).ok_or("outside the prefix")?;
     let (profile, endpoint) = rest
         .split_once('/')
         .filter(|(_, e)| !e.contains('/'))
@@ -165,7 +166,7 @@ mod tests {
             Ok(("www.tm.example.test.".into(), "a".into()))
         );
         let bad = [
-            ("/t/overrides/w.t./a", "outside the overrides prefix"),
+            ("/t/overrides/w.t./a", "outside the prefix"),
             ("/s/overrides/w.t.", "the key must be <profile>/<endpoint> after the prefix"),
             ("/s/overrides/w.t./a/b", "the key must be <profile>/<endpoint> after the prefix"),
             ("/s/overrides/w.t/a", "profile \"w.t\" must be absolute (end in '.')"),

@@ -5,7 +5,6 @@
 //! change is refused rather than made on one replica alone, and each replica keeps the
 //! overrides it last applied.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -14,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::etcd::EtcdError;
-use super::follow::{self, Event, KeyRange};
+use super::etcd;
+use super::follow::{self, Event, KeyRange, Warned};
 use super::override_record::{Authors, Record, View, key};
 use crate::server::control::Control;
 use crate::server::overrides::{self, Change, OverrideError, OverrideState};
@@ -102,15 +101,11 @@ async fn ask<T>(
     session: &Session,
     request: impl Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, OverrideError> {
-    let failed = match tokio::time::timeout(ETCD_LIMIT, request).await {
-        Ok(Ok(r)) => return Ok(r),
-        Ok(Err(e)) => EtcdError::from(e),
-        Err(_) => EtcdError::Timeout(ETCD_LIMIT),
-    };
-    Err(OverrideError::Unavailable(failed.at(&session.settings.etcd.endpoints.join(","))))
+    let endpoints = || session.settings.etcd.endpoints.join(",");
+    etcd::within(ETCD_LIMIT, request)
+        .await
+        .map_err(|e| OverrideError::Unavailable(e.at(&endpoints())))
 }
-
-const WARNED_KEYS: usize = 10_000;
 
 /// Follows `<prefix>overrides/` for one replica and applies what etcd holds.
 pub struct Follower {
@@ -119,9 +114,8 @@ pub struct Follower {
     events: mpsc::Receiver<Event>,
     /// The overrides as last read and followed.
     view: View,
-    /// Keys already warned about, so that a key that stays wrong is logged once (at most
-    /// `WARNED_KEYS`; then forgotten, so that warnings come again rather than memory grow).
-    warned: HashSet<String>,
+    /// Keys already warned about, so that a key that stays wrong is logged once.
+    warned: Warned,
 }
 
 impl Follower {
@@ -137,16 +131,13 @@ impl Follower {
         let prefix = session.settings.etcd.overrides_prefix();
         let events = follow::spawn(session, KeyRange::prefix(&prefix), None, cancel);
         let view = View::new(&prefix);
-        let mut f = Follower { control, prefix, events, view, warned: HashSet::new() };
-        let first = tokio::time::timeout(ETCD_LIMIT, f.events.recv()).await;
-        let error = match first {
-            Ok(Some(event @ Event::Snapshot { .. })) => {
-                f.take(event).await;
+        let mut f = Follower { control, prefix, events, view, warned: Warned::default() };
+        let error = match follow::first_read(&mut f.events, ETCD_LIMIT).await {
+            Ok(snapshot) => {
+                f.take(snapshot).await;
                 return f;
             }
-            Ok(Some(Event::Lost { error })) => error,
-            Ok(_) => "the follower stopped".to_string(),
-            Err(_) => EtcdError::Timeout(ETCD_LIMIT).to_string(),
+            Err(error) => error,
         };
         match f.control.state_file() {
             Some(path) => tracing::warn!(
@@ -227,10 +218,7 @@ impl Follower {
     }
 
     fn warn(&mut self, key: &str, why: String) {
-        if self.warned.len() >= WARNED_KEYS {
-            self.warned.clear();
-        }
-        if self.warned.insert(key.to_string()) {
+        if self.warned.first(key) {
             tracing::warn!(%key, why, "etcd key under overrides/ ignored");
         }
     }
