@@ -11,14 +11,7 @@ use common::{assert_each_located, config_dir, errors_of};
 
 use steerdns::config;
 
-const SERVER: &str = r#"listen:
-  dns: ["127.0.0.1:0"]
-zones:
-  - origin: tm.example.test.
-    ns: [ns1.tm.example.test.]
-    soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 192.0.2.53", "static TXT \"x\""]
-"#;
+const SERVER: &str = common::ZONE_ONLY_SERVER;
 
 const EP: &str = "endpoints:\n  - { name: a, target: 192.0.2.1 }\n";
 
@@ -831,9 +824,19 @@ fn probe_protocol_settings_are_checked_where_written() {
         ("protocol: udp, port: 7, send: '\\q'", "'\\q'", "send: unknown escape \\q"),
         ("protocol: udp, port: 7, send: ''", "''", "send must be 1 to 512 bytes, got 0"),
         (
-            "protocol: udp, port: 7, send: zz, expect: '\\x4'",
-            "'\\x4'",
-            "expect: \\x must be followed by two hex digits",
+            "protocol: udp, port: 7, send: zz, expect: 'OK (200'",
+            "'OK (200'",
+            "expect: invalid pattern at character 4: unclosed group",
+        ),
+        (
+            "protocol: udp, port: 7, send: zz, expect: '(a{100}){100}'",
+            "'(a{100}){100}'",
+            "expect: the pattern compiles to more than 131072 bytes",
+        ),
+        (
+            "protocol: udp, port: 7, send: zz, expect: 'ok|*'",
+            "'ok|*'",
+            "expect: invalid pattern at character 4: repetition operator missing expression",
         ),
         (
             "protocol: udp, port: 7, send: zz, query_name: a.example.",

@@ -8,31 +8,15 @@
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hickory_proto::op::{Message, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
-use steerdns::model::health::{HealthView, Status};
-use steerdns::probe::EndpointState;
-use steerdns::server::Server;
+use common::{NOERROR, PATIENCE, Running, ZONE_ONLY_SERVER};
+use steerdns::model::health::Status;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UdpSocket};
-use tokio::time::{Instant, sleep, timeout};
-
-const SERVER: &str = r#"listen:
-  dns: ["127.0.0.1:0"]
-zones:
-  - origin: tm.example.test.
-    ns: [ns1.tm.example.test.]
-    soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 127.0.0.1"]
-"#;
-
-/// Longest wait for anything the prober should do within a few intervals.
-const PATIENCE: Duration = Duration::from_secs(15);
+use tokio::net::TcpListener;
+use tokio::time::{Instant, sleep};
 
 // ---------------------------------------------------------------------------------------
 // Backends
@@ -153,114 +137,8 @@ fn tls_config(not_after_year: Option<i32>) -> Arc<rustls::ServerConfig> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Server and queries
+// Monitors
 // ---------------------------------------------------------------------------------------
-
-struct Running {
-    server: Server,
-    dir: tempfile::TempDir,
-}
-
-impl Running {
-    async fn start(profiles: &str) -> Running {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write_config(dir.path(), profiles);
-        let server = Server::start(&path).await.unwrap();
-        Running { server, dir }
-    }
-
-    fn dns(&self) -> SocketAddr {
-        self.server.dns_addrs()[0]
-    }
-
-    fn rewrite(&self, profiles: &str) {
-        write_config(self.dir.path(), profiles);
-    }
-
-    fn state(&self, profile: &str, endpoint: &str) -> EndpointState {
-        let profile = format!("{profile}.tm.example.test.");
-        self.server
-            .prober()
-            .endpoint_states()
-            .into_iter()
-            .find(|s| s.profile == profile && s.endpoint == endpoint)
-            .unwrap_or_else(|| panic!("no endpoint {profile}/{endpoint}"))
-    }
-
-    /// The status queries see now for a leaf endpoint (from the served health table).
-    fn served_status(&self, profile: &str, endpoint: &str) -> Status {
-        let snap = self.server.snapshot();
-        let p = snap.profiles.iter().find(|p| p.name == format!("{profile}.tm.example.test."));
-        let ep = p.unwrap().endpoints.iter().find(|e| e.name == endpoint).unwrap();
-        snap.health.status(ep.health_slot.unwrap())
-    }
-
-    async fn wait_status(&self, profile: &str, endpoint: &str, want: Status) -> EndpointState {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let s = self.state(profile, endpoint);
-            if s.status == want {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "{profile}/{endpoint} never became {want}: {s:#?}");
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Polls the A answer of `profile` until it is exactly `want`.
-    async fn wait_answer(&self, profile: &str, want: &[&str]) {
-        let want: Vec<IpAddr> = want.iter().map(|a| a.parse().unwrap()).collect();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let (_, got) = query_a(self.dns(), profile).await;
-            if got == want {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{profile}: answer {got:?}, want {want:?}");
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn stop(self) {
-        self.server.shutdown().await;
-        drop(self.dir);
-    }
-}
-
-fn write_config(dir: &Path, profiles: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("steerdns.yaml"), SERVER).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
-    dir.join("steerdns.yaml")
-}
-
-/// Asks `name` (relative to the zone) for A over UDP: the rcode and the addresses.
-async fn query_a(server: SocketAddr, name: &str) -> (ResponseCode, Vec<IpAddr>) {
-    let mut q = Message::query();
-    q.add_query(Query::query(
-        Name::from_ascii(format!("{name}.tm.example.test.")).unwrap(),
-        RecordType::A,
-    ));
-    let bytes = q.to_vec().unwrap();
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let mut buf = vec![0u8; 4096];
-    for _ in 0..3 {
-        sock.send_to(&bytes, server).await.unwrap();
-        if let Ok(Ok((n, _))) = timeout(Duration::from_secs(2), sock.recv_from(&mut buf)).await {
-            let msg = Message::from_vec(&buf[..n]).unwrap();
-            let addrs = msg
-                .answers
-                .iter()
-                .filter_map(|r| match &r.data {
-                    RData::A(a) => Some(IpAddr::V4(a.0)),
-                    _ => None,
-                })
-                .collect();
-            return (msg.metadata.response_code, addrs);
-        }
-    }
-    panic!("no answer from {server}");
-}
 
 /// A monitor override for `addr`'s port (and anything else in `extra`).
 fn mon(addr: SocketAddr, extra: &str) -> String {
@@ -402,11 +280,8 @@ async fn fail_open_serves_degraded_endpoints_and_fail_open_false_answers_nodata(
         }
     }
     // Everything degraded: the open profile answers as if all were online (priority 1).
-    assert_eq!(
-        query_a(s.dns(), "open").await,
-        (ResponseCode::NoError, vec!["127.0.0.7".parse().unwrap()])
-    );
-    assert_eq!(query_a(s.dns(), "closed").await, (ResponseCode::NoError, vec![]));
+    assert_eq!(s.query_a("open").await, (NOERROR, vec!["127.0.0.7".parse().unwrap()]));
+    assert_eq!(s.query_a("closed").await, (NOERROR, vec![]));
     s.stop().await;
 }
 
@@ -684,11 +559,8 @@ async fn probes_connect_from_the_source_address() {
         mon(http_addr, ""),
         mon(tcp_addr, ", protocol: tcp")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(dir.path(), &profiles);
-    let with_source = |ip: &str| format!("{SERVER}probe:\n  source_address: {ip}\n");
-    std::fs::write(&path, with_source("127.0.0.21")).unwrap();
-    let s = Running { server: Server::start(&path).await.unwrap(), dir };
+    let with_source = |ip: &str| format!("{ZONE_ONLY_SERVER}probe:\n  source_address: {ip}\n");
+    let s = Running::start_with(&with_source("127.0.0.21"), &profiles).await;
     let last = |peers: &Arc<Mutex<Vec<IpAddr>>>| peers.lock().unwrap().last().copied();
     s.wait_status("www", "web", Status::Online).await;
     s.wait_status("www", "port", Status::Online).await;
@@ -697,7 +569,7 @@ async fn probes_connect_from_the_source_address() {
     assert!(http_peers.lock().unwrap().iter().all(|p| *p == first));
 
     // A list with one address of each family; probes to IPv4 targets take the IPv4 one.
-    std::fs::write(&path, with_source("[\"::1\", 127.0.0.22]")).unwrap();
+    s.rewrite_server(&with_source("[\"::1\", 127.0.0.22]"));
     s.server.reload().unwrap();
     let second: IpAddr = "127.0.0.22".parse().unwrap();
     let deadline = Instant::now() + PATIENCE;
@@ -718,10 +590,8 @@ async fn a_source_address_the_host_lacks_fails_the_probe() {
          \x20 - {{ name: web, target: 127.0.0.6, {} }}\n",
         mon(http_addr, "")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_config(dir.path(), &profiles);
-    std::fs::write(&path, format!("{SERVER}probe:\n  source_address: 192.0.2.77\n")).unwrap();
-    let s = Running { server: Server::start(&path).await.unwrap(), dir };
+    let server = format!("{ZONE_ONLY_SERVER}probe:\n  source_address: 192.0.2.77\n");
+    let s = Running::start_with(&server, &profiles).await;
     let st = s.wait_status("www", "web", Status::Degraded).await;
     let last = st.last_probe.unwrap();
     assert_eq!(last.kind, "setup");

@@ -3,26 +3,18 @@
 //! probe fails with the limit it hit, and the process's peak memory does not grow with what
 //! the backends sent.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::Running;
 use steerdns::model::health::Status;
-use steerdns::server::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::time::{Instant, sleep};
-
-const SERVER: &str = r#"listen:
-  dns: ["127.0.0.1:0"]
-zones:
-  - origin: tm.example.test.
-    ns: [ns1.tm.example.test.]
-    soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 127.0.0.1"]
-"#;
 
 /// A backend that reads the request, writes `head` once, then `repeat` until the probe
 /// hangs up. Returns its address and the bytes it has sent so far.
@@ -57,13 +49,6 @@ fn proc_kib(field: &str) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-fn write_config(dir: &Path, profiles: &str) -> std::path::PathBuf {
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("steerdns.yaml"), SERVER).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
-    dir.join("steerdns.yaml")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_responses_fail_the_probe_with_bounded_memory() {
     let interim = endless("", "HTTP/1.1 100 Continue\r\n\r\n").await;
@@ -85,9 +70,9 @@ async fn endless_responses_fail_the_probe_with_bounded_memory() {
             addr.port()
         );
     }
-    let dir = tempfile::tempdir().unwrap();
     let hwm_before = proc_kib("VmHWM:");
-    let server = Server::start(&write_config(dir.path(), &profile)).await.unwrap();
+    let running = Running::start(&profile).await;
+    let server = &running.server;
 
     // Every endpoint degrades with its limit as the reason, and keeps failing so for a few
     // runs (each a fresh connection answered without end).
@@ -108,7 +93,7 @@ async fn endless_responses_fail_the_probe_with_bounded_memory() {
     }
     let hwm_after = proc_kib("VmHWM:");
     let sent: u64 = cases.iter().map(|(_, (_, s), _, _)| s.load(Ordering::Relaxed)).sum();
-    server.shutdown().await;
+    running.stop().await;
 
     // Each probe reads at most a head, a few interim heads or the body limit: a few hundred
     // KiB for all, however much the backends wrote (they stop when the probe hangs up).

@@ -1,87 +1,30 @@
-//! The dns, udp and icmp probes end to end: a real `Server` probing real servers on
-//! loopback. The dns probes ask a second steerdns server for names of its zone; the udp
-//! probes talk to a responder written here; the icmp probes ping 127.0.0.1 through the
-//! kernel's unprivileged ICMP sockets.
+//! The dns, udp, icmp, grpc, json and prometheus probes end to end: a real `Server`
+//! probing real servers on loopback. The dns probes ask a second steerdns server for names
+//! of its zone; the udp probes talk to a responder written here; the icmp probes ping
+//! 127.0.0.1 through the kernel's unprivileged ICMP sockets; the grpc probes call
+//! tonic-health's server; the feeds are read from an HTTP server written here.
 //!
 //! Monitors use a 1s interval and a 300ms timeout; waits poll with generous deadlines
 //! instead of asserting timings.
 
 mod common;
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{PATIENCE, Running, ZONE_ONLY_SERVER};
 use steerdns::model::health::Status;
-use steerdns::probe::EndpointState;
-use steerdns::server::Server;
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, sleep};
-
-const SERVER: &str = r#"listen:
-  dns: ["127.0.0.1:0"]
-zones:
-  - origin: tm.example.test.
-    ns: [ns1.tm.example.test.]
-    soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 127.0.0.1", "svc TXT \"state=ready\""]
-"#;
-
-const PATIENCE: Duration = Duration::from_secs(15);
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Identity, ServerTlsConfig};
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::HealthReporter;
 
 const FAST: &str = "monitor: { interval: 1s, timeout: 300ms, tolerated_failures: 0 }";
-
-struct Running {
-    server: Server,
-    _dir: tempfile::TempDir,
-}
-
-impl Running {
-    async fn start(profiles: &str) -> Running {
-        let dir = tempfile::tempdir().unwrap();
-        let path = write_config(dir.path(), profiles);
-        let server = Server::start(&path).await.unwrap();
-        Running { server, _dir: dir }
-    }
-
-    fn dns(&self) -> SocketAddr {
-        self.server.dns_addrs()[0]
-    }
-
-    fn state(&self, endpoint: &str) -> EndpointState {
-        self.server
-            .prober()
-            .endpoint_states()
-            .into_iter()
-            .find(|s| s.profile == "www.tm.example.test." && s.endpoint == endpoint)
-            .unwrap_or_else(|| panic!("no endpoint {endpoint}"))
-    }
-
-    /// Waits until `endpoint` has `want`, then returns its state.
-    async fn wait_status(&self, endpoint: &str, want: Status) -> EndpointState {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let s = self.state(endpoint);
-            if s.status == want && s.last_probe.is_some() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "{endpoint} never became {want}: {s:#?}");
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn stop(self) {
-        self.server.shutdown().await;
-    }
-}
-
-fn write_config(dir: &Path, profiles: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("steerdns.yaml"), SERVER).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
-    dir.join("steerdns.yaml")
-}
 
 /// A multivalue profile `www` with one endpoint per (name, target, monitor override).
 fn profile(endpoints: &[(&str, &str, String)]) -> String {
@@ -97,7 +40,7 @@ fn profile(endpoints: &[(&str, &str, String)]) -> String {
 /// Each (endpoint, expected status, expected reason) after the probes have run.
 async fn expect_all(s: &Running, cases: &[(&str, Status, Option<&str>)]) {
     for (name, status, reason) in cases {
-        let st = s.wait_status(name, *status).await;
+        let st = s.wait_status("www", name, *status).await;
         let last = st.last_probe.expect("probed");
         assert_eq!(last.reason.as_deref(), *reason, "{name}");
         if let Some(reason) = reason {
@@ -108,7 +51,7 @@ async fn expect_all(s: &Running, cases: &[(&str, Status, Option<&str>)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dns_probes_judge_the_rcode_and_the_answer() {
-    // The server asked: serves the zone above, probes nothing.
+    // The server asked: serves the test zone, probes nothing.
     let asked = Running::start("name: other\nrouting: priority\nendpoints: []\n").await;
     let port = asked.dns().port();
     let dns = |extra: &str| format!("protocol: dns, port: {port}, {extra}");
@@ -137,7 +80,7 @@ async fn dns_probes_judge_the_rcode_and_the_answer() {
         ],
     )
     .await;
-    let kinds = s.state("nxdomain").results;
+    let kinds = s.state("www", "nxdomain").results;
     assert!(kinds.iter().any(|(k, n)| *k == "rcode" && *n > 0), "{kinds:?}");
     s.stop().await;
     asked.stop().await;
@@ -163,6 +106,8 @@ async fn udp_responder(ip: &str) -> (SocketAddr, Arc<Mutex<bool>>) {
     (addr, silent)
 }
 
+/// `expect` is a pattern over the reply's bytes: one matching, and ones that do not, with
+/// the pattern and an excerpt of the reply in the reason (cut at 64 bytes, escaped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_probes_need_a_matching_reply() {
     let (echo, _) = udp_responder("127.0.0.6").await;
@@ -171,32 +116,48 @@ async fn udp_probes_need_a_matching_reply() {
     // A port nobody listens on: the kernel answers with port unreachable.
     let closed = std::net::UdpSocket::bind("127.0.0.7:0").unwrap().local_addr().unwrap();
     let udp = |port: u16, extra: &str| format!("protocol: udp, port: {port}, {extra}");
+    let long = "x".repeat(100);
     let s = Running::start(&profile(&[
         ("match", "127.0.0.6", udp(echo.port(), "send: 'PING\\x00x', expect: 'PONG PING\\x00'")),
+        ("pattern", "127.0.0.6", udp(echo.port(), "send: 'PING 42', expect: '^PONG PING \\d+$'")),
         ("any-reply", "127.0.0.6", udp(echo.port(), "send: hello")),
         ("mismatch", "127.0.0.6", udp(echo.port(), "send: PING, expect: READY")),
+        ("anchored", "127.0.0.6", udp(echo.port(), "send: PING, expect: '^PING'")),
+        ("long", "127.0.0.6", udp(echo.port(), &format!("send: '\\xff{long}', expect: 'z$'"))),
         ("silent", "127.0.0.6", udp(quiet.port(), "send: PING")),
         ("closed", "127.0.0.7", udp(closed.port(), "send: PING")),
     ]))
     .await;
+    let long_reason = format!(
+        "reply does not match \"z$\": got \"PONG \\xff{}\" (first 64 of 106 bytes)",
+        "x".repeat(58)
+    );
     expect_all(
         &s,
         &[
             ("match", Status::Online, None),
+            ("pattern", Status::Online, None),
             ("any-reply", Status::Online, None),
             (
                 "mismatch",
                 Status::Degraded,
-                Some("reply does not contain \"READY\": got \"PONG PING\""),
+                Some("reply does not match \"READY\": got \"PONG PING\""),
             ),
+            (
+                "anchored",
+                Status::Degraded,
+                Some("reply does not match \"^PING\": got \"PONG PING\""),
+            ),
+            ("long", Status::Degraded, Some(long_reason.as_str())),
             ("silent", Status::Degraded, Some("no reply within 270ms")),
             ("closed", Status::Degraded, Some("connection refused")),
         ],
     )
     .await;
+    assert_eq!(s.state("www", "long").last_probe.unwrap().kind, "reply");
     // The silent responder speaks again: one success brings the endpoint back.
     *silent.lock().unwrap() = false;
-    s.wait_status("silent", Status::Online).await;
+    s.wait_status("www", "silent", Status::Online).await;
     s.stop().await;
 }
 
@@ -234,7 +195,7 @@ async fn icmp_probes_ping_and_say_when_the_kernel_forbids_it() {
     let _restore = Restore(before);
     let forbidden =
         Running::start(&profile(&[("ping", "127.0.0.1", "protocol: icmp".into())])).await;
-    let st = forbidden.wait_status("ping", Status::Degraded).await;
+    let st = forbidden.wait_status("www", "ping", Status::Degraded).await;
     assert_eq!(
         st.last_probe.unwrap().reason.as_deref(),
         Some(
@@ -250,9 +211,9 @@ async fn icmp_probes_ping_and_say_when_the_kernel_forbids_it() {
         ("slow", "127.0.0.1", "protocol: icmp, max_rtt: 1ns".into()),
     ]))
     .await;
-    let ping = s.wait_status("ping", Status::Online).await;
-    let slow = s.wait_status("slow", Status::Degraded).await;
-    let v6 = s.wait_status("ping-v6", Status::Online).await;
+    let ping = s.wait_status("www", "ping", Status::Online).await;
+    let slow = s.wait_status("www", "slow", Status::Degraded).await;
+    let v6 = s.wait_status("www", "ping-v6", Status::Online).await;
     assert_eq!(ping.last_probe.unwrap().kind, "ok");
     assert_eq!(v6.last_probe.unwrap().kind, "ok");
     let reason = slow.last_probe.unwrap().reason.unwrap();
@@ -263,14 +224,20 @@ async fn icmp_probes_ping_and_say_when_the_kernel_forbids_it() {
     s.stop().await;
 }
 
+/// The peer address of each connection a test server accepted, in order.
+type Peers = Arc<Mutex<Vec<IpAddr>>>;
+
 /// An HTTP server answering every GET with 200 and the current `body`.
-async fn feed_server(ip: &str) -> (SocketAddr, Arc<Mutex<String>>) {
+async fn feed_server(ip: &str) -> (SocketAddr, Arc<Mutex<String>>, Peers) {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let body = Arc::new(Mutex::new(String::new()));
     let current = body.clone();
+    let peers = Peers::default();
+    let seen = peers.clone();
     tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
+        while let Ok((mut conn, peer)) = listener.accept().await {
+            seen.lock().unwrap().push(peer.ip());
             let current = current.clone();
             tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
@@ -287,7 +254,7 @@ async fn feed_server(ip: &str) -> (SocketAddr, Arc<Mutex<String>>) {
             });
         }
     });
-    (addr, body)
+    (addr, body, peers)
 }
 
 fn set(body: &Arc<Mutex<String>>, text: &str) {
@@ -298,8 +265,8 @@ fn set(body: &Arc<Mutex<String>>, text: &str) {
 /// and a value gone missing counts as each `missing` policy says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
-    let (json_addr, json) = feed_server("127.0.0.8").await;
-    let (prom_addr, prom) = feed_server("127.0.0.8").await;
+    let (json_addr, json, _) = feed_server("127.0.0.8").await;
+    let (prom_addr, prom, _) = feed_server("127.0.0.8").await;
     set(&json, r#"{"status": "up", "load": 0.5}"#);
     set(&prom, "# TYPE up gauge\nup{job=\"eu\"} 1\nup{job=\"us\"} 0\n");
     let j = |extra: &str| format!("protocol: json, url: 'http://{json_addr}/health', {extra}");
@@ -318,7 +285,7 @@ async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
     .await;
     let all = ["status", "load", "prom-last", "prom-healthy", "prom-unhealthy"];
     for name in all {
-        s.wait_status(name, Status::Online).await;
+        s.wait_status("www", name, Status::Online).await;
     }
 
     // Thresholds crossed: each degrades with the value it read.
@@ -337,7 +304,7 @@ async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
     set(&json, r#"{"status": "OK", "load": 0.1}"#);
     set(&prom, "up{job=\"eu\"} 1\n");
     for name in all {
-        s.wait_status(name, Status::Online).await;
+        s.wait_status("www", name, Status::Online).await;
     }
 
     // The sample disappears: healthy stays online, unhealthy degrades, last_known keeps
@@ -348,7 +315,7 @@ async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
     let deadline = Instant::now() + PATIENCE;
     for name in ["prom-last", "prom-healthy"] {
         loop {
-            let st = s.state(name);
+            let st = s.state("www", name);
             if st.last_probe.as_ref().and_then(|l| l.reason.as_deref()) == gone {
                 assert_eq!(st.status, Status::Online, "{name}");
                 break;
@@ -357,15 +324,15 @@ async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
             sleep(Duration::from_millis(50)).await;
         }
     }
-    let kinds = s.state("prom-last").results;
+    let kinds = s.state("www", "prom-last").results;
     assert!(kinds.iter().any(|(k, n)| *k == "nodata" && *n > 0), "{kinds:?}");
     // last_known after a failure: degraded stays degraded while the data is missing.
     set(&prom, "up{job=\"eu\"} 0\n");
-    s.wait_status("prom-last", Status::Degraded).await;
+    s.wait_status("www", "prom-last", Status::Degraded).await;
     set(&prom, "");
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let st = s.state("prom-last");
+        let st = s.state("www", "prom-last");
         if st.last_probe.as_ref().map(|l| l.kind) == Some("nodata") {
             assert_eq!(st.status, Status::Degraded);
             break;
@@ -376,24 +343,48 @@ async fn feeds_flip_on_their_threshold_and_follow_the_missing_policy() {
     s.stop().await;
 }
 
-/// A tonic health server (tonic-health's own) on loopback, switched between SERVING and
-/// NOT_SERVING; a service it does not know fails as the RPC error it is.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpc_probes_follow_the_health_service() {
-    use tonic_health::pb::health_server::HealthServer;
-    use tonic_health::server::HealthReporter;
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.9:0").await.unwrap();
+/// A gRPC health server (tonic-health's own) on `ip`, behind TLS with a self-signed
+/// certificate for `ip` when `tls`; the reporter switches the statuses it answers, which
+/// start as SERVING for the server as a whole.
+async fn health_server(ip: &str, tls: bool) -> (SocketAddr, HealthReporter, Peers) {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let reporter = HealthReporter::new();
     let service = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
-    reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
-    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(HealthServer::new(service))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    reporter.set_service_status("", ServingStatus::Serving).await;
+    let peers = Peers::default();
+    let seen = peers.clone();
+    let incoming = TcpListenerStream::new(listener).map(move |conn| {
+        if let Some(peer) = conn.as_ref().ok().and_then(|c| c.peer_addr().ok()) {
+            seen.lock().unwrap().push(peer.ip());
+        }
+        conn
+    });
+    let mut server = tonic::transport::Server::builder();
+    if tls {
+        let pair = rcgen::generate_simple_self_signed(vec![ip.to_string()]).unwrap();
+        let identity = Identity::from_pem(pair.cert.pem(), pair.signing_key.serialize_pem());
+        server = server.tls_config(ServerTlsConfig::new().identity(identity)).unwrap();
+    }
+    tokio::spawn(server.add_service(HealthServer::new(service)).serve_with_incoming(incoming));
+    (addr, reporter, peers)
+}
+
+/// The health service `shop` turns NOT_SERVING: `endpoint`, which asks about it, degrades
+/// with the status named; and back to SERVING: it comes back online.
+async fn not_serving_and_back(s: &Running, reporter: &HealthReporter, endpoint: &str) {
+    reporter.set_service_status("shop", ServingStatus::NotServing).await;
+    expect_all(s, &[(endpoint, Status::Degraded, Some("gRPC health: status NOT_SERVING"))]).await;
+    reporter.set_service_status("shop", ServingStatus::Serving).await;
+    s.wait_status("www", endpoint, Status::Online).await;
+}
+
+/// A health server switched between SERVING and NOT_SERVING; a service it does not know
+/// fails as the RPC error it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_probes_follow_the_health_service() {
+    let (addr, reporter, _) = health_server("127.0.0.9", false).await;
+    reporter.set_service_status("shop", ServingStatus::Serving).await;
     let g = |extra: &str| format!("protocol: grpc, port: {}, {extra}", addr.port());
     let s = Running::start(&profile(&[
         ("server", "127.0.0.9", g("tolerated_failures: 0")),
@@ -401,16 +392,13 @@ async fn grpc_probes_follow_the_health_service() {
         ("unknown", "127.0.0.9", g("service: nothing")),
     ]))
     .await;
-    s.wait_status("server", Status::Online).await;
-    s.wait_status("shop", Status::Online).await;
-    let unknown = s.wait_status("unknown", Status::Degraded).await;
+    s.wait_status("www", "server", Status::Online).await;
+    s.wait_status("www", "shop", Status::Online).await;
+    let unknown = s.wait_status("www", "unknown", Status::Degraded).await;
     let reason = unknown.last_probe.unwrap().reason.unwrap();
     assert!(reason.starts_with("gRPC health: RPC failed: NotFound"), "{reason}");
 
-    reporter.set_service_status("shop", tonic_health::ServingStatus::NotServing).await;
-    expect_all(&s, &[("shop", Status::Degraded, Some("gRPC health: status NOT_SERVING"))]).await;
-    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
-    s.wait_status("shop", Status::Online).await;
+    not_serving_and_back(&s, &reporter, "shop").await;
     s.stop().await;
 }
 
@@ -419,24 +407,8 @@ async fn grpc_probes_follow_the_health_service() {
 /// fails against it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_probes_call_over_tls() {
-    use tonic::transport::{Identity, ServerTlsConfig};
-    use tonic_health::pb::health_server::HealthServer;
-    use tonic_health::server::HealthReporter;
-
-    let pair = rcgen::generate_simple_self_signed(vec!["127.0.0.9".to_string()]).unwrap();
-    let identity = Identity::from_pem(pair.cert.pem(), pair.signing_key.serialize_pem());
-    let listener = tokio::net::TcpListener::bind("127.0.0.9:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let reporter = HealthReporter::new();
-    let service = tonic_health::server::HealthService::from_health_reporter(reporter.clone());
-    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .tls_config(ServerTlsConfig::new().identity(identity))
-            .unwrap()
-            .add_service(HealthServer::new(service))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let (addr, reporter, _) = health_server("127.0.0.9", true).await;
+    reporter.set_service_status("shop", ServingStatus::Serving).await;
     let g = |extra: &str| format!("protocol: grpc, port: {}, service: shop, {extra}", addr.port());
     let s = Running::start(&profile(&[
         ("lenient", "127.0.0.9", g("tls: true, tls_verify: false")),
@@ -444,17 +416,66 @@ async fn grpc_probes_call_over_tls() {
         ("plaintext", "127.0.0.9", g("tolerated_failures: 0")),
     ]))
     .await;
-    s.wait_status("lenient", Status::Online).await;
-    let verifying = s.wait_status("verifying", Status::Degraded).await;
+    s.wait_status("www", "lenient", Status::Online).await;
+    let verifying = s.wait_status("www", "verifying", Status::Degraded).await;
     let reason = verifying.last_probe.unwrap().reason.unwrap();
     assert!(reason.starts_with("TLS: invalid peer certificate"), "{reason}");
-    let plaintext = s.wait_status("plaintext", Status::Degraded).await;
+    let plaintext = s.wait_status("www", "plaintext", Status::Degraded).await;
     let reason = plaintext.last_probe.unwrap().reason.unwrap();
     assert!(reason.starts_with("gRPC health: RPC failed"), "{reason}");
 
-    reporter.set_service_status("shop", tonic_health::ServingStatus::NotServing).await;
-    expect_all(&s, &[("lenient", Status::Degraded, Some("gRPC health: status NOT_SERVING"))]).await;
-    reporter.set_service_status("shop", tonic_health::ServingStatus::Serving).await;
-    s.wait_status("lenient", Status::Online).await;
+    not_serving_and_back(&s, &reporter, "lenient").await;
+    s.stop().await;
+}
+
+/// `probe.source_address` binds grpc calls (plaintext and TLS) and health feed reads as it
+/// binds every other probe: servers on 127.0.0.1 see every connection come from the
+/// configured 127.0.0.7, and an address this host lacks fails each probe saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_and_feed_probes_connect_from_the_source_address() {
+    let (grpc, _plain, grpc_peers) = health_server("127.0.0.1", false).await;
+    let (grpcs, _tls, grpcs_peers) = health_server("127.0.0.1", true).await;
+    let (json, json_body, json_peers) = feed_server("127.0.0.1").await;
+    let (prom, prom_body, prom_peers) = feed_server("127.0.0.1").await;
+    set(&json_body, r#"{"status": "up"}"#);
+    set(&prom_body, "up 1\n");
+    let profiles = profile(&[
+        ("grpc", "127.0.0.1", format!("protocol: grpc, port: {}", grpc.port())),
+        ("grpc-tls", "127.0.0.1", format!("protocol: grpc, port: {}, tls: true", grpcs.port())),
+        ("json", "192.0.2.1", format!("protocol: json, url: 'http://{json}/', pointer: /status")),
+        (
+            "prometheus",
+            "192.0.2.1",
+            format!(
+                "protocol: prometheus, url: 'http://{prom}/', metric: up, healthy_when: '>= 1'"
+            ),
+        ),
+    ]);
+    let with_source = |ip: &str| format!("{ZONE_ONLY_SERVER}probe:\n  source_address: {ip}\n");
+
+    let s = Running::start_with(&with_source("127.0.0.7"), &profiles).await;
+    for name in ["grpc", "grpc-tls", "json", "prometheus"] {
+        s.wait_status("www", name, Status::Online).await;
+    }
+    s.stop().await;
+    let source: IpAddr = "127.0.0.7".parse().unwrap();
+    let all = [
+        ("grpc", grpc_peers),
+        ("grpc-tls", grpcs_peers),
+        ("json", json_peers),
+        ("prometheus", prom_peers),
+    ];
+    for (name, peers) in all {
+        let peers = peers.lock().unwrap().clone();
+        assert!(!peers.is_empty() && peers.iter().all(|p| *p == source), "{name}: {peers:?}");
+    }
+
+    let s = Running::start_with(&with_source("192.0.2.77"), &profiles).await;
+    for name in ["grpc", "grpc-tls", "json", "prometheus"] {
+        let last = s.wait_status("www", name, Status::Degraded).await.last_probe.unwrap();
+        let reason = last.reason.unwrap();
+        assert_eq!(last.kind, "setup", "{name}: {reason}");
+        assert!(reason.starts_with("cannot use source address 192.0.2.77: "), "{name}: {reason}");
+    }
     s.stop().await;
 }

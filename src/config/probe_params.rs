@@ -12,7 +12,7 @@ use crate::diag::{Pos, Sink};
 use crate::model::Protocol;
 use crate::model::probe_params::{
     DnsParams, FeedParams, FeedValue, GrpcParams, IcmpParams, MissingData, ProbeParams, RCODES,
-    Threshold, UdpParams,
+    ReplyPattern, Threshold, UdpParams,
 };
 
 /// The longest udp payload: one datagram that fits any path's MTU.
@@ -163,12 +163,19 @@ fn udp(sink: &mut Sink<'_>, ep: Ep<'_>, pr: Ep<'_>, at: Pos) -> UdpParams {
             bytes
         }
     };
-    let expect = pick(ep, pr, |m| m.expect.as_deref()).map_or_else(Vec::new, |v| {
-        let bytes = bytes(sink, v, "expect");
-        if bytes.len() > MAX_SEND {
-            sink.on(v, format!("expect must be at most {MAX_SEND} bytes, got {}", bytes.len()));
+    let expect = pick(ep, pr, |m| m.expect.as_deref()).and_then(|v| {
+        let len = v.value.len();
+        if len > MAX_SEND {
+            sink.on(v, format!("expect must be at most {MAX_SEND} bytes, got {len}"));
+            return None;
         }
-        bytes
+        match ReplyPattern::new(&v.value) {
+            Ok(pattern) => Some(pattern),
+            Err(e) => {
+                sink.on(v, format!("expect: {e}"));
+                None
+            }
+        }
     });
     UdpParams { send, expect }
 }

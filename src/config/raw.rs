@@ -747,7 +747,9 @@ pub struct RawMonitor {
     /// udp: the datagram sent, text with escapes (`\n`, `\r`, `\t`, `\0`, `\\`, `\xHH`), at most
     /// 512 bytes (required on udp monitors).
     pub send: Option<Box<Loc<String>>>,
-    /// udp: bytes the reply must contain, written like `send` (default: any reply).
+    /// udp: a regular expression the reply must match somewhere, over its bytes (`\xHH` is
+    /// a byte; escape literal metacharacters: `SIP/2\.0 200`), at most 512 bytes (default:
+    /// any reply).
     pub expect: Option<Box<Loc<String>>>,
     /// icmp: echo requests per check, 1..10 (default 3).
     pub count: Option<Box<Loc<Int>>>,

@@ -18,6 +18,7 @@ pub mod notify;
 pub mod presigned;
 pub mod probe_params;
 pub mod profile;
+pub mod reply_pattern;
 pub mod sigcache;
 pub mod sign_counts;
 pub mod signing;

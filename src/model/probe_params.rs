@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+pub use super::reply_pattern::ReplyPattern;
+
 /// What a probe of one protocol needs beyond the common monitor fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ProbeParams {
@@ -139,12 +141,12 @@ pub struct DnsParams {
     pub answer_contains: Option<String>,
 }
 
-/// `protocol: udp`: a datagram sent and the bytes its reply must contain.
+/// `protocol: udp`: a datagram sent and the pattern its reply must match.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct UdpParams {
     pub send: Vec<u8>,
-    /// Empty: any reply will do.
-    pub expect: Vec<u8>,
+    /// None: any reply will do.
+    pub expect: Option<ReplyPattern>,
 }
 
 /// `protocol: icmp`: echoes sent per check and the loss and round-trip time tolerated.

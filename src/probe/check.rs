@@ -79,10 +79,12 @@ pub enum Reason {
     },
     /// dns: no answer record holds `answer_contains`.
     Answer(String),
-    /// udp: the reply lacks `expect`; both escaped, the reply's first 64 bytes.
+    /// udp: the reply does not match `expect`: the pattern, the escaped excerpt of the
+    /// reply (its first `udp::EXCERPT_LIMIT` bytes) and the reply's length.
     Reply {
-        expected: String,
+        pattern: String,
         got: String,
+        len: usize,
     },
     /// udp: nothing came back within this long.
     NoReply(Duration),
@@ -177,8 +179,12 @@ impl fmt::Display for Reason {
                 write!(f, "RCODE {}, expected {}", rcode_text(*got), rcode_text(*expected))
             }
             Reason::Answer(a) => write!(f, "answer does not contain {a:?}"),
-            Reason::Reply { expected, got } => {
-                write!(f, "reply does not contain \"{expected}\": got \"{got}\"")
+            Reason::Reply { pattern, got, len } => {
+                write!(f, "reply does not match \"{pattern}\": got \"{got}\"")?;
+                if *len > super::udp::EXCERPT_LIMIT {
+                    write!(f, " (first {} of {len} bytes)", super::udp::EXCERPT_LIMIT)?;
+                }
+                Ok(())
             }
             Reason::NoReply(d) => write!(f, "no reply within {}", humantime::format_duration(*d)),
             Reason::Feed(e) => write!(f, "feed: {e}"),
@@ -289,7 +295,7 @@ impl Check {
     /// Runs the check once, against every address of a host-name target.
     pub async fn run(&self) -> Result<(), Reason> {
         if let Kind::Feed(f) = &self.kind {
-            return f.run().await;
+            return f.run(**self.sources.load()).await;
         }
         match &self.target {
             ProbeTarget::Ip(ip) => self.one(*ip).await,
@@ -315,8 +321,8 @@ impl Check {
             },
             Kind::Udp(u) => u.run(addr, source).await,
             Kind::Icmp(i, _) => i.run(ip, source).await,
-            Kind::Feed(f) => f.run().await,
-            Kind::Grpc(g) => g.run(addr).await,
+            Kind::Feed(f) => f.run(**self.sources.load()).await,
+            Kind::Grpc(g) => g.run(addr, source).await,
         }
     }
 }
@@ -417,14 +423,33 @@ pub(super) async fn udp_socket(
 
 /// A fresh connection to `addr`, bound to `source` when given; a tcp check is just this.
 pub(super) async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, Reason> {
+    connect_from(addr, source).await.map_err(|e| match e {
+        ConnectError::Source(source, e) => bind_reason(source, &e),
+        ConnectError::Connect(e) => classify(&e),
+    })
+}
+
+/// Why `connect_from` failed: binding the source address, or anything else.
+#[derive(Debug)]
+pub(super) enum ConnectError {
+    Source(IpAddr, io::Error),
+    Connect(io::Error),
+}
+
+/// `connect` for callers with errors of their own (the feed reader): the I/O error, and
+/// whether it came from binding the source address.
+pub(super) async fn connect_from(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+) -> Result<TcpStream, ConnectError> {
     let Some(source) = source else {
-        return TcpStream::connect(addr).await.map_err(|e| classify(&e));
+        return TcpStream::connect(addr).await.map_err(ConnectError::Connect);
     };
     let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() };
-    let socket = socket.map_err(|e| classify(&e))?;
+    let socket = socket.map_err(ConnectError::Connect)?;
     defer_port_choice(&socket);
-    socket.bind(SocketAddr::new(source, 0)).map_err(|e| bind_reason(source, &e))?;
-    socket.connect(addr).await.map_err(|e| classify(&e))
+    socket.bind(SocketAddr::new(source, 0)).map_err(|e| ConnectError::Source(source, e))?;
+    socket.connect(addr).await.map_err(ConnectError::Connect)
 }
 
 /// A source address this host does not have is a configuration mistake, shown as the
@@ -555,7 +580,7 @@ pub(super) fn innermost(err: &(dyn StdError + 'static)) -> String {
     chain(err).last().unwrap_or(err).to_string()
 }
 
-pub(super) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 

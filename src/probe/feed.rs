@@ -10,6 +10,7 @@ use super::exposition::{self, ExpositionError};
 use super::pull::{self, FeedError, FeedUrl, Reader};
 use super::udp::reply_wait;
 use crate::model::probe_params::{FeedParams, FeedValue, Threshold};
+use crate::model::snapshot::ProbeSource;
 
 /// Status words read as healthy (compared without regard to case); any other word, and
 /// `false`, is unhealthy.
@@ -46,10 +47,13 @@ impl FeedCheck {
         self.url.as_ref().err().map(String::as_str)
     }
 
-    pub async fn run(&self) -> Result<(), Reason> {
+    /// One reading of the feed, connecting from the `sources` address of its family.
+    pub async fn run(&self, sources: ProbeSource) -> Result<(), Reason> {
         let url = self.url.as_ref().map_err(|e| Reason::Setup(e.clone()))?;
-        let body = self.reader.body(url, self.wait).await.map_err(|e| match e {
+        let body = self.reader.body(url, self.wait, sources).await.map_err(|e| match e {
             FeedError::Timeout(d) => Reason::Timeout(d),
+            // Said as every other probe says it: the configuration's mistake, not the feed's.
+            source @ FeedError::Source { .. } => Reason::Setup(source.to_string()),
             other => Reason::Feed(other.to_string()),
         })?;
         judge(&body, &self.value, self.healthy_when)

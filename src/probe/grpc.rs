@@ -1,22 +1,24 @@
 //! The grpc check: the standard `grpc.health.v1.Health/Check` over plaintext HTTP/2
 //! (h2c), or over TLS with ALPN h2 (`tls: true`), healthy when the answer is SERVING
-//! (`docs/probing.md`).
+//! (`docs/probing.md`). The channel dials as every other probe connects (`check::connect`,
+//! from `probe.source_address`), not through tonic's own connector.
 
 use std::error::Error as StdError;
+use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::check::{Reason, chain, classify, innermost};
+use super::check::{Reason, chain, classify, connect, innermost};
 
 /// The largest answer decoded: a health answer is a few bytes.
 const MAX_ANSWER: usize = 1024;
@@ -52,28 +54,32 @@ impl GrpcCheck {
         self.tls.as_ref()?.as_ref().err().map(String::as_str)
     }
 
-    /// One Check call over a fresh connection to `addr`.
-    pub async fn run(&self, addr: SocketAddr) -> Result<(), Reason> {
-        // `http` even over TLS: the dialer below does the TLS, and tonic must not add its own.
+    /// One Check call over a fresh connection to `addr`, from `source` when given.
+    pub async fn run(&self, addr: SocketAddr, source: Option<IpAddr>) -> Result<(), Reason> {
+        // `http` even over TLS: the dialer below connects, and tonic must not add its own TLS.
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| Reason::Setup(format!("invalid gRPC address: {e}")))?;
-        let channel = match &self.tls {
-            None => endpoint.connect().await,
+        let tls = match &self.tls {
+            None => None,
             Some(Err(e)) => return Err(Reason::Setup(e.clone())),
-            Some(Ok((connector, name))) => {
-                let (connector, name) = (connector.clone(), name.clone());
-                // The channel dials through this: TCP to `addr`, then the TLS handshake.
-                let dial = tower::service_fn(move |_: http::Uri| {
-                    let (connector, name) = (connector.clone(), name.clone());
-                    async move {
-                        let tcp = TcpStream::connect(addr).await?;
-                        let tls = connector.connect(name, tcp).await?;
-                        Ok::<_, io::Error>(TokioIo::new(tls))
-                    }
-                });
-                endpoint.connect_with_connector(dial).await
-            }
+            Some(Ok(tls)) => Some(tls.clone()),
         };
+        // The channel dials through this: TCP to `addr` from the source address, as every
+        // other probe connects, then the TLS handshake for `tls: true`.
+        let dial = tower::service_fn(move |_: http::Uri| {
+            let tls = tls.clone();
+            async move {
+                let tcp = connect(addr, source).await.map_err(Dial)?;
+                let stream = match tls {
+                    None => Either::Left(tcp),
+                    Some((connector, name)) => Either::Right(
+                        connector.connect(name, tcp).await.map_err(|e| Dial(classify(&e)))?,
+                    ),
+                };
+                Ok::<_, Dial>(TokioIo::new(stream))
+            }
+        });
+        let channel = endpoint.connect_with_connector(dial).await;
         let channel = channel.map_err(|e| transport_reason(&e))?;
         let mut client = HealthClient::new(channel).max_decoding_message_size(MAX_ANSWER);
         let request = HealthCheckRequest { service: self.service.clone() };
@@ -88,8 +94,24 @@ impl GrpcCheck {
     }
 }
 
-/// A connection failure read like the other checks' (refused, local shortage, ...).
+/// A failure of the dialer, carried through tonic's error as the reason it already is.
+#[derive(Debug)]
+struct Dial(Reason);
+
+impl fmt::Display for Dial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl StdError for Dial {}
+
+/// A connection failure read like the other checks' (refused, local shortage, a source
+/// address this host lacks, ...).
 fn transport_reason(e: &(dyn StdError + 'static)) -> Reason {
+    if let Some(Dial(reason)) = chain(e).find_map(|x| x.downcast_ref::<Dial>()) {
+        return reason.clone();
+    }
     chain(e)
         .find_map(|x| x.downcast_ref::<io::Error>())
         .map_or_else(|| Reason::Other(innermost(e)), classify)

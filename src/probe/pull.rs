@@ -6,19 +6,20 @@
 //!
 //! The request goes out over the probes' HTTP/1.1 reader (`http`: bounded head, interim
 //! responses and chunk lines) and their TLS clients (the system's roots),
-//! on a fresh connection each time; every failure is a `FeedError` with a plain message
-//! and a short `reason` for the error counter.
+//! on a fresh connection each time (from `probe.source_address` for a health feed); every
+//! failure is a `FeedError` with a plain message and a short `reason` for the error counter.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use super::check::{ConnectError, connect_from};
 use super::exposition::{self, ExpositionError};
 use super::http::{self as http_get, HttpError};
 use super::tls::Clients;
+use crate::model::snapshot::ProbeSource;
 
 /// The largest body read from a feed; a longer one is an error, not a truncated reading.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -32,6 +33,9 @@ pub enum FeedError {
     Resolve { host: String, error: String },
     #[error("cannot connect to {addr}: {error}")]
     Connect { addr: SocketAddr, error: String },
+    /// Binding the probes' source address failed (health feeds only).
+    #[error("cannot use source address {address}: {error}")]
+    Source { address: IpAddr, error: String },
     #[error("TLS handshake failed: {0}")]
     Tls(String),
     #[error("no complete answer within {0:?}")]
@@ -61,6 +65,7 @@ impl FeedError {
             FeedError::Url { .. } => "url",
             FeedError::Resolve { .. } => "resolve",
             FeedError::Connect { .. } => "connect",
+            FeedError::Source { .. } => "source",
             FeedError::Tls(_) => "tls",
             FeedError::Timeout(_) => "timeout",
             FeedError::Http(_) => "http",
@@ -168,36 +173,42 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// One reading of `url`, bounded by `timeout` from start to end.
+    /// One reading of `url`, bounded by `timeout` from start to end, from an address the
+    /// system chooses.
     pub async fn read(
         &self,
         url: &FeedUrl,
         extract: Extract<'_>,
         timeout: Duration,
     ) -> Result<f64, FeedError> {
-        let body = tokio::time::timeout(timeout, self.fetch(url))
-            .await
-            .map_err(|_| FeedError::Timeout(timeout))??;
+        let body = self.body(url, timeout, ProbeSource::default()).await?;
         parse_body(&body, extract)
     }
 
-    /// The body of a 2xx answer to a GET of `url`, bounded by `timeout` from start to end.
-    pub async fn body(&self, url: &FeedUrl, timeout: Duration) -> Result<Vec<u8>, FeedError> {
-        tokio::time::timeout(timeout, self.fetch(url))
+    /// The body of a 2xx answer to a GET of `url`, bounded by `timeout` from start to end,
+    /// connecting from the `sources` address of the feed address's family.
+    pub async fn body(
+        &self,
+        url: &FeedUrl,
+        timeout: Duration,
+        sources: ProbeSource,
+    ) -> Result<Vec<u8>, FeedError> {
+        tokio::time::timeout(timeout, self.fetch(url, sources))
             .await
             .map_err(|_| FeedError::Timeout(timeout))?
     }
 
     /// The body of a 2xx answer to a GET of `url`.
-    async fn fetch(&self, url: &FeedUrl) -> Result<Vec<u8>, FeedError> {
+    async fn fetch(&self, url: &FeedUrl, sources: ProbeSource) -> Result<Vec<u8>, FeedError> {
         let ip = match &url.host {
             Host::Ip(ip) => *ip,
             Host::Name(name) => resolve(name, url.port).await?,
         };
         let addr = SocketAddr::new(ip, url.port);
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| FeedError::Connect { addr, error: e.to_string() })?;
+        let tcp = connect_from(addr, sources.for_target(ip)).await.map_err(|e| match e {
+            ConnectError::Source(address, e) => FeedError::Source { address, error: e.to_string() },
+            ConnectError::Connect(e) => FeedError::Connect { addr, error: e.to_string() },
+        })?;
         if !url.https {
             return exchange(tcp, &url.request).await;
         }

@@ -5,15 +5,17 @@ use std::path::{Path, PathBuf};
 
 use super::fixtures::located;
 
-/// A server file with the test zone only, listening on an ephemeral port: for profiles
-/// loaded without serving them.
+/// A server file with the test zone only, listening on an ephemeral port, without an admin
+/// API or anything else: for profiles loaded, or served and probed (`Running`). Its records
+/// give dns probes names to ask (`ns1`, `svc`) and take one name from profiles (`static`).
+/// It ends in the zone list, so that a test may append a zone or a top-level key.
 pub const ZONE_ONLY_SERVER: &str = r#"listen:
   dns: ["127.0.0.1:0"]
 zones:
   - origin: tm.example.test.
     ns: [ns1.tm.example.test.]
     soa: { rname: hostmaster.example.test. }
-    records: ["ns1 A 192.0.2.53"]
+    records: ["ns1 A 127.0.0.1", "svc TXT \"state=ready\"", "static TXT \"x\""]
 "#;
 
 /// Writes `server` as `steerdns.yaml` and each (name, text) into `profiles/`; returns the

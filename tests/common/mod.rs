@@ -18,6 +18,7 @@ pub mod prometheus;
 pub mod replicas;
 pub mod reply;
 pub mod resolver;
+pub mod running;
 pub mod server;
 pub mod tools;
 
@@ -25,5 +26,5 @@ pub mod tools;
 #[allow(unused_imports)]
 pub use self::{
     browser::*, config_errors::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, knot::*,
-    named::*, prometheus::*, replicas::*, reply::*, resolver::*, server::*, tools::*,
+    named::*, prometheus::*, replicas::*, reply::*, resolver::*, running::*, server::*, tools::*,
 };
