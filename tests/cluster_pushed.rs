@@ -119,7 +119,7 @@ async fn stored(etcd: &Etcd, key: &str) -> Option<Value> {
 
 /// The key of `p`/`ep`'s push under `prefix`.
 fn key(prefix: &str, p: &str, ep: &str) -> String {
-    format!("{prefix}pushed/{}/{ep}", fq(p))
+    format!("{prefix}health_pushed/{}/{ep}", fq(p))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,15 +323,17 @@ async fn a_push_waits_for_its_endpoint_and_bad_keys_are_ignored() {
     c.put(key("/odd/", "pushy", "a"), "{", None).await.unwrap();
     let long = json!({"healthy": false, "by": "x".repeat(5000), "at": now, "ttl": "1h"});
     c.put(key("/odd/", "pushy", "b"), long.to_string(), None).await.unwrap();
-    c.put("/odd/pushed/not-absolute/a", push.to_string(), None).await.unwrap();
+    c.put("/odd/health_pushed/not-absolute/a", push.to_string(), None).await.unwrap();
     let r = replica(dir.path(), 8, &etcd.url, "/odd/", PROFILES).await;
     for (what, needle) in [
         ("the bad value", "the value is not a pushed health"),
         ("the long value", "more than"),
         ("the bad key", "not-absolute"),
     ] {
-        r.wait_line(what, |l| l.contains("etcd key under pushed/ ignored") && l.contains(needle))
-            .await;
+        r.wait_line(what, |l| {
+            l.contains("etcd key under health_pushed/ ignored") && l.contains(needle)
+        })
+        .await;
     }
     assert_eq!(answer(r.addr, "pushy").await, "192.0.2.1");
 

@@ -57,10 +57,10 @@ impl EtcdSettings {
         format!("{}overrides/", self.prefix)
     }
 
-    /// `<prefix>pushed/`: health pushed through the admin API, one key per endpoint (the
+    /// `<prefix>health_pushed/`: health pushed through the admin API, one key per endpoint (the
     /// key `<prefix>pushed` itself is `cluster push`'s marker).
     pub fn pushed_prefix(&self) -> String {
-        format!("{}pushed/", self.prefix)
+        format!("{}health_pushed/", self.prefix)
     }
 
     /// `<prefix>leaders/`: one key per role led by one replica of the cluster.

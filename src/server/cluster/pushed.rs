@@ -1,4 +1,4 @@
-//! Pushed health shared by every replica through etcd (`<prefix>pushed/`, laid out by
+//! Pushed health shared by every replica through etcd (`<prefix>health_pushed/`, laid out by
 //! `pushed_record`). A push or a clear through any replica's admin API is written to etcd
 //! only; every replica, the writer included, applies it from its watch of the prefix into
 //! its prober's pushed statuses, logs it and records its event with the `by` stored there,
@@ -136,7 +136,7 @@ async fn wait_applied(control: &Control, key: &str, revision: i64) {
     }
 }
 
-/// Follows `<prefix>pushed/` for one replica and applies the pushes etcd holds.
+/// Follows `<prefix>health_pushed/` for one replica and applies the pushes etcd holds.
 pub struct Follower {
     control: Arc<Control>,
     prefix: String,
@@ -262,7 +262,7 @@ impl Follower {
 
     fn warn(&mut self, key: &str, why: String) {
         if self.warned.first(key) {
-            tracing::warn!(%key, why, "etcd key under pushed/ ignored");
+            tracing::warn!(%key, why, "etcd key under health_pushed/ ignored");
         }
     }
 }

@@ -1,5 +1,5 @@
 //! How replicas keep pushed health in etcd: one key per endpoint,
-//! `<prefix>pushed/<profile>/<endpoint>` (escaped as the overrides' keys are), holding the
+//! `<prefix>health_pushed/<profile>/<endpoint>` (escaped as the overrides' keys are), holding the
 //! push, `{"healthy", "reason", "by", "at", "ttl"}` with `at` the pushing replica's wall
 //! clock (RFC 3339, UTC); or, for the moment before a clear deletes the key,
 //! `{"cleared": true, "by", "at"}`, so that every replica learns who cleared it. `View` is
@@ -221,7 +221,7 @@ mod tests {
     use super::*;
     use crate::server::cluster::override_record::key;
 
-    const P: &str = "/s/pushed/";
+    const P: &str = "/s/health_pushed/";
 
     fn push(healthy: bool, by: &str) -> Push {
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250);
@@ -307,7 +307,8 @@ mod tests {
         v.put(&a, &Record::Push(push(false, "alice")).encode()).unwrap();
         v.put(&b, &Record::Push(push(true, "bob")).encode()).unwrap();
         assert!(
-            v.put("/s/pushed/not-absolute/a", &Record::Push(push(true, "x")).encode()).is_err()
+            v.put("/s/health_pushed/not-absolute/a", &Record::Push(push(true, "x")).encode())
+                .is_err()
         );
         assert!(v.put(&key(P, "w.t.", "c"), b"{").is_err());
         let first = v.pushes();
