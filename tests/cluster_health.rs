@@ -210,6 +210,9 @@ async fn views(r: &Replica) -> Vec<(String, String)> {
 
 const ALL: [usize; 3] = [0, 1, 2];
 
+/// Every replica's view online.
+const UP: [(&str, &str); 3] = [("node-0", "online"), ("node-1", "online"), ("node-2", "online")];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_one_failing_vantage_point_fails_nothing_over() {
     let _heavy = one_heavy_test_at_a_time().await;
@@ -365,6 +368,9 @@ async fn without_etcd_each_replica_goes_by_its_own_probes() {
 async fn each_replica_combines_its_monitors_before_the_quorum() {
     let _heavy = one_heavy_test_at_a_time().await;
     let Some(c) = Cluster::start_two_monitors("majority", "all").await else { return };
+    // Every monitor up first (a new endpoint is served while still checking), so that each
+    // view's reason is that of the failures below.
+    c.wait_views(&ALL, &UP).await;
     c.wait_answers(&ALL, MAIN).await;
     c.fail_on(0, &[0]);
     c.fail_on(1, &[1]);
@@ -410,13 +416,13 @@ async fn each_replica_combines_its_monitors_before_the_quorum() {
 async fn rule_any_on_each_replica_keeps_one_failing_monitor_online() {
     let _heavy = one_heavy_test_at_a_time().await;
     let Some(c) = Cluster::start_two_monitors("majority", "any").await else { return };
+    c.wait_views(&ALL, &UP).await;
     c.wait_answers(&ALL, MAIN).await;
     c.fail_on(0, &[0]);
     c.fail_on(1, &[1]);
     c.wait_monitors(0, &[("m1", "degraded"), ("m2", "online")]).await;
     c.wait_monitors(1, &[("m1", "online"), ("m2", "degraded")]).await;
-    let seen = [("node-0", "online"), ("node-1", "online"), ("node-2", "online")];
-    c.wait_views(&ALL, &seen).await;
+    c.wait_views(&ALL, &UP).await;
     c.wait_endpoint(&ALL, "online by 3 of 3 combined views", MAIN, |ep| {
         ep["status"] == "online" && ep["verdict"]["reason"] == "3 of 3 vantage points online"
     })
