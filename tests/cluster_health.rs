@@ -1,9 +1,10 @@
 //! Health agreed across replicas, against a real etcd: three `steerdns serve` processes on
-//! 127.0.0.21..23, each probing from its own address (`probe.source_address`), and one
-//! HTTP backend that answers 503 to some of those addresses. Each quorum rule decides
-//! whether the replicas fail the endpoint over, all of them alike; a killed replica's
-//! views stop counting once its lease expires; without etcd each replica goes by its own
-//! probes, and agrees again when etcd is back.
+//! 127.0.0.21..23, each probing from its own address (`probe.source_address`), and HTTP
+//! backends that answer 503 to some of those addresses. Each quorum rule decides whether
+//! the replicas fail the endpoint over, all of them alike; a killed replica's views stop
+//! counting once its lease expires; without etcd each replica goes by its own probes, and
+//! agrees again when etcd is back. With two monitors per endpoint, each replica combines
+//! its own monitors by the rule, and the quorum is taken over those combined views.
 
 mod common;
 
@@ -23,7 +24,8 @@ const BACKUP: &str = "127.0.0.9";
 
 struct Cluster {
     etcd: Etcd,
-    backend: SourceBackend,
+    /// One backend per monitor of `main`, each on its own port of `MAIN`.
+    backends: Vec<SourceBackend>,
     replicas: Vec<Replica>,
     _dirs: Vec<tempfile::TempDir>,
 }
@@ -46,6 +48,39 @@ impl Cluster {
              \x20 - {{ name: backup, target: {BACKUP}, always_serve: true }}\n",
             backend.addr.port()
         );
+        Some(Cluster::launch(etcd, vec![backend], &profile, quorum, lease).await)
+    }
+
+    /// etcd, three replicas with `quorum`, and `main` with two HTTP monitors, `m1` and
+    /// `m2`, on two backends, combined by `rule`; `None` when etcd is missing.
+    async fn start_two_monitors(quorum: &str, rule: &str) -> Option<Cluster> {
+        let etcd = Etcd::start()?;
+        let backends = vec![SourceBackend::start(MAIN).await, SourceBackend::start(MAIN).await];
+        let profile = format!(
+            "name: hc\nrouting: priority\nttl: 1\n\
+             monitor: {{ path: /health, interval: 1s, timeout: 500ms, tolerated_failures: 0 }}\n\
+             endpoints:\n\
+             \x20 - name: main\n\
+             \x20   target: {MAIN}\n\
+             \x20   monitors:\n\
+             \x20     - {{ name: m1, protocol: http, port: {} }}\n\
+             \x20     - {{ name: m2, protocol: http, port: {} }}\n\
+             \x20   monitor_rule: {rule}\n\
+             \x20 - {{ name: backup, target: {BACKUP}, always_serve: true }}\n",
+            backends[0].addr.port(),
+            backends[1].addr.port()
+        );
+        Some(Cluster::launch(etcd, backends, &profile, quorum, REPLICA_LEASE).await)
+    }
+
+    /// Three replicas serving `profile` (as `profiles/hc.yaml`) with `quorum` and `lease`.
+    async fn launch(
+        etcd: Etcd,
+        backends: Vec<SourceBackend>,
+        profile: &str,
+        quorum: &str,
+        lease: &str,
+    ) -> Cluster {
         let mut replicas = Vec::new();
         let mut dirs = Vec::new();
         for i in 0..3 {
@@ -55,17 +90,37 @@ impl Cluster {
             let yaml = with_cluster_keys(&yaml, &format!("  health: {{ quorum: \"{quorum}\" }}\n"));
             let yaml = with_lease(&yaml, lease);
             std::fs::create_dir_all(dir.path().join("profiles")).unwrap();
-            std::fs::write(dir.path().join("profiles/hc.yaml"), &profile).unwrap();
+            std::fs::write(dir.path().join("profiles/hc.yaml"), profile).unwrap();
             replicas.push(Replica::start(dir.path(), i, &yaml, dns, admin).await);
             dirs.push(dir);
         }
-        Some(Cluster { etcd, backend, replicas, _dirs: dirs })
+        Cluster { etcd, backends, replicas, _dirs: dirs }
     }
 
     /// 503 for the replicas at these positions, 200 for the others.
     fn fail_for(&self, replicas: &[usize]) {
+        self.fail_on(0, replicas);
+    }
+
+    /// 503 from backend `backend` for the replicas at these positions, 200 for the others.
+    fn fail_on(&self, backend: usize, replicas: &[usize]) {
         let ips: Vec<IpAddr> = replicas.iter().map(|&i| IpAddr::V4(replica_ip(i))).collect();
-        self.backend.fail_for(&ips);
+        self.backends[backend].fail_for(&ips);
+    }
+
+    /// Waits until replica `i` shows `main`'s monitors with these (name, status), in order.
+    async fn wait_monitors(&self, i: usize, want: &[(&str, &str)]) {
+        let r = &self.replicas[i];
+        let what = format!("{} sees the monitors {want:?}", r.node);
+        let seen = async || {
+            let ep = endpoint(r).await;
+            let list = ep["monitors"].as_array().cloned().unwrap_or_default();
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            let got: Vec<(String, String)> =
+                list.iter().map(|m| (text(&m["name"]), text(&m["status"]))).collect();
+            got == want_views(want)
+        };
+        eventually(AGREE, &what, seen).await;
     }
 
     /// Waits until every running replica in `which` sees the views of `nodes` with these
@@ -154,6 +209,9 @@ async fn views(r: &Replica) -> Vec<(String, String)> {
 }
 
 const ALL: [usize; 3] = [0, 1, 2];
+
+/// Every replica's view online.
+const UP: [(&str, &str); 3] = [("node-0", "online"), ("node-1", "online"), ("node-2", "online")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn majority_one_failing_vantage_point_fails_nothing_over() {
@@ -300,4 +358,79 @@ async fn without_etcd_each_replica_goes_by_its_own_probes() {
         eventually(AGREE, &format!("{} connected", r.node), async || connected().await == 1.0)
             .await;
     }
+}
+
+/// Rule `all`, quorum `majority`: node-0 sees `m1` failing, node-1 `m2`, node-2 neither.
+/// Each monitor fails on one replica of three only, but node-0's and node-1's own views of
+/// the endpoint fail (the rule is applied on each replica first): a majority, so every
+/// replica fails the endpoint over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_replica_combines_its_monitors_before_the_quorum() {
+    let _heavy = one_heavy_test_at_a_time().await;
+    let Some(c) = Cluster::start_two_monitors("majority", "all").await else { return };
+    // Every monitor up first (a new endpoint is served while still checking), so that each
+    // view's reason is that of the failures below.
+    c.wait_views(&ALL, &UP).await;
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_on(0, &[0]);
+    c.fail_on(1, &[1]);
+    // Each replica's monitors are its own results, not agreed ones.
+    c.wait_monitors(0, &[("m1", "degraded"), ("m2", "online")]).await;
+    c.wait_monitors(1, &[("m1", "online"), ("m2", "degraded")]).await;
+    c.wait_monitors(2, &[("m1", "online"), ("m2", "online")]).await;
+    let seen = [("node-0", "degraded"), ("node-1", "degraded"), ("node-2", "online")];
+    c.wait_views(&ALL, &seen).await;
+    let failing = "2 of 3 vantage points failing (quorum majority): \
+        node-0: 1 of 2 monitors failing: m1 (HTTP 503, expected 200-299); rule all; \
+        node-1: 1 of 2 monitors failing: m2 (HTTP 503, expected 200-299); rule all";
+    c.wait_endpoint(&ALL, "failed over by 2 of 3 combined views", BACKUP, |ep| {
+        ep["status"] == "degraded"
+            && ep["verdict"]["status"] == "degraded"
+            && ep["verdict"]["reason"] == failing
+    })
+    .await;
+    // The admin API's explain shows the same views and verdict.
+    let r = &c.replicas[2];
+    let explained = async || {
+        let resp = http_get(r.admin, "/api/v1/explain?name=hc&client=192.0.2.1", None).await;
+        let body = resp.json();
+        let health = &body["health"][0];
+        let points = health["vantage_points"].as_array().cloned().unwrap_or_default();
+        let statuses: Vec<&str> = points.iter().filter_map(|p| p["status"].as_str()).collect();
+        health["endpoint"] == "main"
+            && health["status"] == "degraded"
+            && health["reason"] == failing
+            && statuses == ["degraded", "degraded", "online"]
+    };
+    eventually(AGREE, "explain shows the combined views", explained).await;
+    // node-1 sees both monitors again: one failing view is short of a majority.
+    c.fail_on(1, &[]);
+    c.wait_answers(&ALL, MAIN).await;
+    c.wait_short_of_quorum(&ALL).await;
+}
+
+/// Rule `any`: the same failures leave every replica's own view online (one monitor up is
+/// enough there), so every replica keeps serving the endpoint; when node-0 and node-1 each
+/// see both monitors failing, a majority fails it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_any_on_each_replica_keeps_one_failing_monitor_online() {
+    let _heavy = one_heavy_test_at_a_time().await;
+    let Some(c) = Cluster::start_two_monitors("majority", "any").await else { return };
+    c.wait_views(&ALL, &UP).await;
+    c.wait_answers(&ALL, MAIN).await;
+    c.fail_on(0, &[0]);
+    c.fail_on(1, &[1]);
+    c.wait_monitors(0, &[("m1", "degraded"), ("m2", "online")]).await;
+    c.wait_monitors(1, &[("m1", "online"), ("m2", "degraded")]).await;
+    c.wait_views(&ALL, &UP).await;
+    c.wait_endpoint(&ALL, "online by 3 of 3 combined views", MAIN, |ep| {
+        ep["status"] == "online" && ep["verdict"]["reason"] == "3 of 3 vantage points online"
+    })
+    .await;
+
+    c.fail_on(0, &[0, 1]);
+    c.fail_on(1, &[0, 1]);
+    let seen = [("node-0", "degraded"), ("node-1", "degraded"), ("node-2", "online")];
+    c.wait_views(&ALL, &seen).await;
+    c.wait_answers(&ALL, BACKUP).await;
 }

@@ -1,6 +1,7 @@
-//! One probe's health as several replicas see it: each replica is a vantage point with its
-//! own view (`View`), and the quorum rule of `cluster.health.quorum` turns the fresh views
-//! into the one status every replica serves (`verdict`).
+//! One endpoint's health as several replicas see it: each replica is a vantage point with
+//! its own view (`View`: its monitors' results combined by the endpoint's rule), and the
+//! quorum rule of `cluster.health.quorum` turns the fresh views into the one status every
+//! replica serves (`verdict`).
 //!
 //! Pure: the views come in, a status and the reason operators read come out. Which views
 //! are fresh (their replica's lease is alive) is decided by whoever collects them.
@@ -10,14 +11,16 @@ use std::time::SystemTime;
 use super::cluster::Quorum;
 use super::health::Status;
 
-/// One vantage point's view of a probe: its own probe's status, why, and since when.
+/// One vantage point's view of an endpoint: the rule over its own monitors' results, why,
+/// and since when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct View {
     /// The replica's `cluster.node`.
     pub node: String,
     /// `online`, `checking` or `degraded`.
     pub status: Status,
-    /// The reason of the view's last change (`probe succeeded`, `HTTP 503, expected 200-299`).
+    /// The reason of the view's last change (`probe succeeded`, `HTTP 503, expected 200-299`,
+    /// `1 of 2 monitors failing: …; rule all`).
     pub reason: String,
     /// When the view last changed.
     pub at: SystemTime,
@@ -30,7 +33,7 @@ pub struct Verdict {
     pub reason: String,
 }
 
-/// The statuses a view may have: a probe's own statuses.
+/// The statuses a view may have: those the rule gives.
 pub fn view_status(text: &str) -> Option<Status> {
     match text {
         "online" => Some(Status::Online),
@@ -177,6 +180,64 @@ mod tests {
             let v = verdict(q, &views(&list));
             assert_eq!((v.status, v.reason.as_str()), (status, reason), "case {i}");
         }
+    }
+
+    /// Each replica combines its own monitors by the endpoint's rule into its view, and the
+    /// quorum is taken over those views. With A seeing `m1` failing, B `m2` and C neither,
+    /// rule `all` makes A's and B's views failing: a majority, whereas each monitor alone
+    /// fails on one replica of three only.
+    #[test]
+    fn the_rule_on_each_replica_then_the_quorum() {
+        use crate::model::MonitorRule::{self, All, Any, AtLeast};
+        use crate::model::monitor_rule::{MonitorResult, combine};
+        let abc: [[Status; 2]; 3] = [[Degraded, Online], [Online, Degraded], [Online, Online]];
+        let ab_both: [[Status; 2]; 3] =
+            [[Degraded, Degraded], [Degraded, Degraded], [Online, Online]];
+        let a_only: [[Status; 2]; 3] = [[Degraded, Online], [Online, Online], [Online, Online]];
+        // (rule, quorum, each replica's two monitors, verdict)
+        let cases: [(MonitorRule, Quorum, [[Status; 2]; 3], Status); 8] = [
+            (All, Quorum::Majority, abc, Degraded),
+            (AtLeast(2), Quorum::Majority, abc, Degraded),
+            (Any, Quorum::Majority, abc, Online),
+            (AtLeast(1), Quorum::Majority, abc, Online),
+            (All, Quorum::All, abc, Online),
+            (Any, Quorum::Majority, ab_both, Degraded),
+            (All, Quorum::Majority, a_only, Online),
+            (All, Quorum::Any, a_only, Degraded),
+        ];
+        for (i, (rule, quorum, replicas, want)) in cases.into_iter().enumerate() {
+            let views: Vec<View> = replicas
+                .iter()
+                .enumerate()
+                .map(|(n, monitors)| {
+                    let results = [
+                        MonitorResult { name: "m1", status: monitors[0], reason: "m1 says so" },
+                        MonitorResult { name: "m2", status: monitors[1], reason: "m2 says so" },
+                    ];
+                    let (status, reason) = combine(rule, &results);
+                    let node = ["a", "b", "c"][n].to_string();
+                    View { node, status, reason, at: SystemTime::UNIX_EPOCH }
+                })
+                .collect();
+            let v = verdict(quorum, &views);
+            assert_eq!(v.status, want, "case {i}: {}", v.reason);
+        }
+        let all_abc = (0..3).map(|n| {
+            let m = abc[n];
+            let results = [
+                MonitorResult { name: "m1", status: m[0], reason: "HTTP 503, expected 200-299" },
+                MonitorResult { name: "m2", status: m[1], reason: "connection refused" },
+            ];
+            let (status, reason) = combine(All, &results);
+            View { node: ["a", "b", "c"][n].into(), status, reason, at: SystemTime::UNIX_EPOCH }
+        });
+        let v = verdict(Quorum::Majority, &all_abc.collect::<Vec<_>>());
+        assert_eq!(
+            v.reason,
+            "2 of 3 vantage points failing (quorum majority): \
+             a: 1 of 2 monitors failing: m1 (HTTP 503, expected 200-299); rule all; \
+             b: 1 of 2 monitors failing: m2 (connection refused); rule all"
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@
 //! read `external`, which the admin API (`push_health`; in a cluster, the pushes etcd holds
 //! through `apply_shared_push`) and the health-file watcher (`health_files`) fill. The
 //! server calls `adopt` on every reload; the admin API reads `endpoint_states`, `stats` and
-//! `durations`. In a cluster,
-//! a `Consensus` (`consensus`) turns each probe's own status into the verdict over every
-//! replica's view, and `republish` applies the others' changes.
+//! `durations`. In a cluster, a `Consensus` (`consensus`) turns each endpoint's own status
+//! (the rule over this replica's monitors) into the verdict over every replica's view of
+//! the endpoint, and `republish` applies the others' changes.
 
 pub mod check;
 mod consensus;
@@ -64,9 +64,9 @@ pub mod http_reader {
 pub mod http_get {
     pub use super::http::{HttpError, read_head, request};
 }
-pub use consensus::{Consensus, OwnView};
-pub use endpoint::{EndpointView, MonitorState};
-pub use live::{ProbeResult, StatusChange, Vantage};
+pub use consensus::{Consensus, EndpointKey, OwnView};
+pub use endpoint::{EndpointView, MonitorState, Vantage};
+pub use live::{ProbeResult, StatusChange};
 pub use plan::{ProbeKey, ProbeTarget};
 pub use pushed::PushedHealth;
 pub use schedule::{DURATION_BUCKETS, DurationHistogram, ProberStats};
@@ -98,7 +98,7 @@ pub struct EndpointState {
     /// How many probe results of each kind (`ok`, `timeout`, ...) so far; kinds never seen
     /// are left out. Shared probes show the same counts on every endpoint using them.
     pub results: Vec<(&'static str, u64)>,
-    /// In a cluster, for a probed endpoint: every replica's view and the verdict's reason.
+    /// In a cluster, for a monitored endpoint: every replica's view of it and the verdict.
     pub vantage: Option<Vantage>,
     /// A monitored endpoint's monitors, rule and combined reason.
     pub monitors: Option<EndpointView>,
@@ -165,7 +165,7 @@ pub struct Prober {
     events: Arc<Events>,
     /// Where probes connect from, from the adopted snapshot.
     sources: check::Sources,
-    /// In a cluster: what turns the replicas' views into statuses.
+    /// In a cluster: what turns the replicas' views of each endpoint into its status.
     consensus: Option<Arc<dyn Consensus>>,
     /// Pushed statuses and health files, for `pushed` and `file` monitors.
     external: Arc<External>,
@@ -239,10 +239,10 @@ impl Prober {
             next.health.set(slot, Status::Stopped);
         }
         let before = running.len();
-        let mut started = Vec::new();
         let endpoints = self.endpoints(&plan, &next.health, &previous.endpoints);
-        let kept = self.move_probes(&mut running, plan.probes(), &endpoints, &mut started);
+        let kept = self.move_probes(&mut running, plan.probes(), &endpoints);
         endpoints.values().for_each(|e| e.ready());
+        let started = rekey(&previous.endpoints, &endpoints);
         let lives = if running.len() == kept && kept == before {
             previous.lives.clone()
         } else {
@@ -255,9 +255,9 @@ impl Prober {
         if !self.pushes_shared.load(Ordering::Relaxed) {
             self.external.pushed.retain(|p, e| self.adopted.load().named(p, e).is_some());
         }
-        // A new probe took its first verdict before `republish` could find it: views that
-        // changed in between are taken into account now.
-        started.iter().for_each(|live| live.reevaluate());
+        // A new endpoint took its first verdict before `republish` could find it: views
+        // that changed in between are taken into account now.
+        started.iter().for_each(|e| e.refresh());
         self.retire(previous);
         (kept, running.len() - kept, before - kept)
     }
@@ -292,7 +292,8 @@ impl Prober {
                 };
                 let old = before.get(&(&*placed.leaves.name, &*leaf.endpoint)).copied();
                 let (events, external) = (self.events.clone(), self.external.clone());
-                let e = EndpointHealth::new(spec, table.clone(), events, external, old);
+                let consensus = self.consensus.clone();
+                let e = EndpointHealth::new(spec, table.clone(), events, external, old, consensus);
                 out.insert(placed.slot(i), Arc::new(e));
             }
         }
@@ -300,14 +301,12 @@ impl Prober {
     }
 
     /// Stops the running probes `probes` no longer has, points the others at their new
-    /// users and starts the new ones (into `started`, in a cluster); returns how many were
-    /// kept.
+    /// users and starts the new ones; returns how many were kept.
     fn move_probes(
         &self,
         running: &mut HashMap<ProbeKey, Running>,
         probes: HashMap<&ProbeKey, Vec<User>>,
         endpoints: &HashMap<usize, Arc<EndpointHealth>>,
-        started: &mut Vec<Arc<Live>>,
     ) -> usize {
         running.retain(|key, r| {
             let keep = probes.contains_key(key);
@@ -327,9 +326,6 @@ impl Prober {
                 Some(r) => r.live.adopt(users),
                 None => {
                     let r = self.spawn(key.clone(), users);
-                    if self.consensus.is_some() {
-                        started.push(r.live.clone());
-                    }
                     running.insert(key.clone(), r);
                 }
             }
@@ -472,8 +468,7 @@ impl Prober {
             "probe started"
         );
         let first = schedule::first_run(self.epoch, &key);
-        let consensus = self.consensus.clone();
-        let live = Arc::new(Live::reporting(key, users, consensus));
+        let live = Arc::new(Live::new(key, users));
         let cancel = self.cancel.child_token();
         let task = self.runtime.spawn(schedule::run(
             live.clone(),
@@ -504,23 +499,22 @@ impl Prober {
     }
 
     /// Evaluates the verdicts of `keys` again, after other replicas' views of them changed;
-    /// keys not probed here are skipped. Not under any lock the consensus holds: each
-    /// probe takes its own mutex, then asks the consensus.
-    pub fn republish<'a>(&self, keys: impl IntoIterator<Item = &'a ProbeKey>) {
+    /// keys not monitored here (or monitored differently) are skipped. Not under any lock
+    /// the consensus holds: each endpoint takes its own mutex, then asks the consensus.
+    pub fn republish<'a>(&self, keys: impl IntoIterator<Item = &'a EndpointKey>) {
         let adopted = self.adopted.load();
         for key in keys {
-            if let Some(live) = adopted.lives.get(key) {
-                live.0.reevaluate();
+            let e = adopted.named(&key.profile, &key.endpoint);
+            if let Some(e) = e.filter(|e| e.key() == Some(key)) {
+                e.refresh();
             }
         }
     }
 
-    /// `republish` of every running probe (etcd went away or came back).
+    /// `republish` of every monitored endpoint (etcd went away or came back).
     pub fn republish_all(&self) {
         let adopted = self.adopted.load();
-        for live in adopted.lives.iter() {
-            live.0.reevaluate();
-        }
+        adopted.endpoints.values().for_each(|e| e.refresh());
     }
 
     /// Check durations so far, one histogram per protocol.
@@ -548,6 +542,20 @@ impl Prober {
             let _ = t.await;
         }
     }
+}
+
+/// In a cluster: withdraws the views of the `previous` endpoints that are gone or now
+/// monitored differently (new keys), and returns the `next` endpoints with new keys.
+fn rekey(
+    previous: &HashMap<usize, Arc<EndpointHealth>>,
+    next: &HashMap<usize, Arc<EndpointHealth>>,
+) -> Vec<Arc<EndpointHealth>> {
+    let keys: HashSet<&EndpointKey> = next.values().filter_map(|e| e.key()).collect();
+    let old: HashSet<&EndpointKey> = previous.values().filter_map(|e| e.key()).collect();
+    let gone = previous.values().filter(|e| e.key().is_some_and(|k| !keys.contains(k)));
+    gone.for_each(|e| e.withdraw());
+    let new = next.values().filter(|e| e.key().is_some_and(|k| !old.contains(k)));
+    new.cloned().collect()
 }
 
 /// Why a push was not taken.
@@ -598,19 +606,20 @@ impl Adopted {
         let first = p.monitors(leaf).iter().find_map(|m| m.probe.as_ref());
         let live = first.and_then(|k| self.lives.get(k)).map(|b| &b.0);
         let combined = self.endpoints.get(&p.slot(i)).map(|e| e.view());
-        let (mut status, last_probe, mut last_change, results, vantage) = match live {
+        let (mut status, last_probe, mut last_change, results) = match live {
             Some(live) => {
                 let v = live.view();
                 let results =
                     KINDS.iter().zip(v.counts).filter(|(_, n)| *n > 0).map(|(k, n)| (*k, n));
-                (v.status, v.last, v.change, results.collect(), v.vantage)
+                (v.status, v.last, v.change, results.collect())
             }
-            None => (self.table.status(p.slot(i)), None, None, Vec::new(), None),
+            None => (self.table.status(p.slot(i)), None, None, Vec::new()),
         };
         if let Some(c) = &combined {
             status = c.status;
             last_change.clone_from(&c.change);
         }
+        let vantage = combined.as_ref().and_then(|c| c.vantage.clone());
         EndpointState {
             profile: p.leaves.name.to_string(),
             endpoint: leaf.endpoint.to_string(),

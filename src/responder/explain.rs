@@ -33,7 +33,7 @@ pub struct Explanation {
     pub scope: Option<u8>,
     pub trace: Vec<String>,
     /// In a cluster (the admin API's explain): the verdict and the vantage points of each
-    /// probed endpoint of the profiles the name leads to.
+    /// monitored endpoint of the profiles the name leads to.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<EndpointHealth>,
     /// The admin API's explain: each endpoint with several monitors (or a pushed or file
@@ -67,13 +67,13 @@ pub struct MonitorResult {
 pub struct EndpointHealth {
     pub profile: String,
     pub endpoint: String,
-    /// The verdict: the status the endpoint has.
+    /// The verdict: the status the replicas' views decide (a live push may override it).
     pub status: String,
     pub reason: String,
     pub vantage_points: Vec<VantagePoint>,
 }
 
-/// One replica's view of an endpoint's probe.
+/// One replica's view of an endpoint: its monitors' results combined by the rule.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct VantagePoint {
     pub node: String,

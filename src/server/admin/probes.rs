@@ -1,6 +1,6 @@
 //! What the admin API shows of each endpoint's probing: the last probe, the last status
 //! change and the result counts, read from the prober; in a cluster also every vantage
-//! point's view and the verdict.
+//! point's view of each endpoint and the verdict.
 
 use std::time::SystemTime;
 
@@ -64,7 +64,7 @@ fn details(s: &EndpointState) -> Map<String, Value> {
         m.insert("health_override".into(), overriding.unwrap_or(Value::Null));
     }
     if let Some(v) = &s.vantage {
-        m.insert("verdict".into(), json!({ "status": s.status.as_str(), "reason": v.reason }));
+        m.insert("verdict".into(), json!({ "status": v.status.as_str(), "reason": v.reason }));
         m.insert("vantage_points".into(), vantage_points(&v.views));
     }
     m
@@ -123,7 +123,7 @@ pub fn monitors_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<Endpoin
     out
 }
 
-/// The verdict and vantage points of every probed endpoint of the profile `name` leads
+/// The verdict and vantage points of every monitored endpoint of the profile `name` leads
 /// to, and of the profiles it nests, for the admin API's explain.
 pub fn vantage_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<EndpointHealth> {
     let mut out = Vec::new();
@@ -152,7 +152,7 @@ pub fn vantage_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<Endpoint
             out.push(EndpointHealth {
                 profile: p.name.clone(),
                 endpoint: ep.name.clone(),
-                status: state.status.as_str().to_string(),
+                status: v.status.as_str().to_string(),
                 reason: v.reason,
                 vantage_points: points.collect(),
             });

@@ -1,15 +1,15 @@
-//! Health agreed across replicas: this replica publishes its view of every probe under
-//! `<prefix>health/<probe id>/<node>` (under its lease, so a dead replica's views vanish
+//! Health agreed across replicas: this replica publishes its view of every monitored
+//! endpoint (its monitors' results combined by the endpoint's rule) under
+//! `<prefix>health/<endpoint id>/<node>` (under its lease, so a dead replica's views vanish
 //! with it), watches every replica's views, and gives the prober the verdict of the quorum
 //! rule over the fresh ones (`Consensus`), so that every replica serves the same statuses.
 //!
 //! Views are written only when they change, in transactions of at most `MAX_OPS`
 //! operations, and all of them again when a new lease replaces an expired one. While etcd
-//! is unreachable, or before the views were first read, each probe's own view decides
+//! is unreachable, or before the views were first read, each endpoint's own view decides
 //! alone; when etcd is back, the views are read again and every verdict re-evaluated.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -21,15 +21,15 @@ use tokio_util::sync::CancellationToken;
 use super::Session;
 use super::etcd::{Backoff, Entry};
 use super::follow::{self, Change, Event, KeyRange};
-use crate::model::Protocol;
 use crate::model::cluster::Quorum;
 use crate::model::vantage::{self, Verdict, View};
-use crate::probe::{Consensus, OwnView, ProbeKey, ProbeTarget, Prober};
+use crate::model::{Monitor, probe_params::ProbeParams};
+use crate::probe::{Consensus, EndpointKey, OwnView, Prober};
 
 /// etcd's default limit of operations in one transaction (`--max-txn-ops`).
 pub const MAX_OPS: usize = 128;
 
-/// How long the writer waits after a change for more to come, so that probes changing
+/// How long the writer waits after a change for more to come, so that endpoints changing
 /// together (a backend and its many endpoints failing) share a transaction.
 const GATHER: Duration = Duration::from_millis(100);
 
@@ -37,10 +37,10 @@ const GATHER: Duration = Duration::from_millis(100);
 /// through a flag, and a watch on a dead connection may take long to fail.
 const CONNECTED_POLL: Duration = Duration::from_millis(200);
 
-/// The longest readable part of a probe id; the hash after it keeps ids distinct.
+/// The longest readable part of an endpoint id; the hash after it keeps ids distinct.
 const READABLE_MAX: usize = 100;
 
-/// The views of every replica, and this replica's own, for the probes it runs.
+/// The views of every replica, and this replica's own, for the endpoints it monitors.
 pub struct HealthViews {
     node: String,
     quorum: Quorum,
@@ -53,15 +53,16 @@ pub struct HealthViews {
 
 #[derive(Default)]
 struct State {
-    /// Probe id of each probe running here.
-    ids: HashMap<ProbeKey, String>,
-    /// This replica's view of each probe running here, by probe id.
-    own: HashMap<String, (ProbeKey, OwnView)>,
-    /// Probe ids whose own view must be written, or deleted when it is no longer in `own`.
+    /// Endpoint id of each endpoint monitored here.
+    ids: HashMap<EndpointKey, String>,
+    /// This replica's view of each endpoint monitored here, by endpoint id.
+    own: HashMap<String, (EndpointKey, OwnView)>,
+    /// Endpoint ids whose own view must be written, or deleted when it is no longer in
+    /// `own`.
     dirty: HashSet<String>,
     /// The value of each own view as last written under the current lease.
     written: HashMap<String, String>,
-    /// The other replicas' views: probe id → node → view.
+    /// The other replicas' views: endpoint id → node → view.
     remote: HashMap<String, BTreeMap<String, View>>,
     /// Whether the remote views count: they were read and etcd is reachable.
     agreed: bool,
@@ -96,7 +97,7 @@ impl HealthViews {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How many views of each replica count now (this one's: its running probes), by
+    /// How many views of each replica count now (this one's: its monitored endpoints), by
     /// node; only this replica's while the others' do not count.
     pub fn view_counts(&self) -> BTreeMap<String, usize> {
         let state = self.lock();
@@ -114,19 +115,19 @@ impl HealthViews {
         View { node: self.node.clone(), status: own.status, reason: own.reason.clone(), at: own.at }
     }
 
-    /// `key` of a probe's own view.
+    /// `key` of an endpoint's own view.
     fn key_of(&self, id: &str) -> String {
         format!("{}{id}/{}", self.prefix, self.node)
     }
 
-    /// (probe id, node) of a key under the prefix.
+    /// (endpoint id, node) of a key under the prefix.
     fn parse_key<'a>(&self, key: &'a str) -> Option<(&'a str, &'a str)> {
         key.strip_prefix(self.prefix.as_str())?.rsplit_once('/')
     }
 
-    /// Replaces the other replicas' views with `entries` (a full read); returns the probes
-    /// running here whose views changed.
-    fn replace_remote(&self, entries: &[Entry]) -> Vec<ProbeKey> {
+    /// Replaces the other replicas' views with `entries` (a full read); returns the
+    /// endpoints monitored here whose views changed.
+    fn replace_remote(&self, entries: &[Entry]) -> Vec<EndpointKey> {
         let mut remote: HashMap<String, BTreeMap<String, View>> = HashMap::new();
         for e in entries {
             let Some((id, node)) = self.parse_key(&e.key) else { continue };
@@ -146,8 +147,8 @@ impl HealthViews {
         affected.map(|(_, (key, _))| key.clone()).collect()
     }
 
-    /// Applies watched changes; returns the probes running here whose views changed.
-    fn apply_changes(&self, changes: &[Change]) -> Vec<ProbeKey> {
+    /// Applies watched changes; returns the endpoints monitored here whose views changed.
+    fn apply_changes(&self, changes: &[Change]) -> Vec<EndpointKey> {
         let mut state = self.lock();
         let mut ids = HashSet::new();
         for change in changes {
@@ -188,8 +189,8 @@ impl HealthViews {
         state.dirty.extend(ids);
     }
 
-    /// Up to `MAX_OPS` pending writes and deletes: (probe id, value to write or `None` to
-    /// delete). Views whose value is already written are dropped from the pending set.
+    /// Up to `MAX_OPS` pending writes and deletes: (endpoint id, value to write or `None`
+    /// to delete). Views whose value is already written are dropped from the pending set.
     fn take_batch(&self) -> Vec<(String, Option<String>)> {
         let mut state = self.lock();
         let mut batch = Vec::new();
@@ -291,7 +292,7 @@ impl HealthViews {
     }
 
     /// Follows every replica's views until `cancel`, re-evaluating the verdicts of the
-    /// probes whose views change. The other replicas' views count while the session is
+    /// endpoints whose views change. The other replicas' views count while the session is
     /// connected and the follower holds them up to date.
     pub async fn watch(
         self: Arc<HealthViews>,
@@ -336,7 +337,7 @@ impl HealthViews {
                     tracing::info!("health verdicts from every replica's views again");
                 } else {
                     tracing::info!(
-                        "health verdicts from this replica's own probes until etcd is back"
+                        "health verdicts from this replica's own views until etcd is back"
                     );
                 }
                 prober.republish_all();
@@ -348,12 +349,12 @@ impl HealthViews {
 }
 
 impl Consensus for HealthViews {
-    fn changed(&self, key: &ProbeKey, own: &OwnView) {
+    fn changed(&self, key: &EndpointKey, own: &OwnView) {
         let mut state = self.lock();
         let id = match state.ids.get(key) {
             Some(id) => id.clone(),
             None => {
-                let id = probe_id(key);
+                let id = endpoint_id(key);
                 state.ids.insert(key.clone(), id.clone());
                 id
             }
@@ -364,9 +365,13 @@ impl Consensus for HealthViews {
         self.dirty.notify_one();
     }
 
-    fn stopped(&self, key: &ProbeKey) {
+    fn stopped(&self, key: &EndpointKey) {
         let mut state = self.lock();
-        if let Some(id) = state.ids.remove(key) {
+        // Keys differing only in what the id leaves out (a health file's path) share an
+        // id: the view stays when a new key already took it over.
+        if let Some(id) = state.ids.remove(key)
+            && state.own.get(&id).is_some_and(|(k, _)| k == key)
+        {
             state.own.remove(&id);
             state.dirty.insert(id);
         }
@@ -374,7 +379,7 @@ impl Consensus for HealthViews {
         self.dirty.notify_one();
     }
 
-    fn verdict(&self, key: &ProbeKey, own: &OwnView) -> Verdict {
+    fn verdict(&self, key: &EndpointKey, own: &OwnView) -> Verdict {
         let state = self.lock();
         if !state.agreed {
             let reason = format!("own view only (etcd unreachable): {}", own.reason);
@@ -383,7 +388,7 @@ impl Consensus for HealthViews {
         vantage::verdict(self.quorum, &views(&state, &self.node, key, self.own_view(own)))
     }
 
-    fn views(&self, key: &ProbeKey, own: &OwnView) -> Vec<View> {
+    fn views(&self, key: &EndpointKey, own: &OwnView) -> Vec<View> {
         let state = self.lock();
         let mut all = views(&state, &self.node, key, self.own_view(own));
         if !state.agreed {
@@ -395,7 +400,7 @@ impl Consensus for HealthViews {
 }
 
 /// `own` and the other replicas' views of `key`.
-fn views(state: &State, node: &str, key: &ProbeKey, own: View) -> Vec<View> {
+fn views(state: &State, node: &str, key: &EndpointKey, own: View) -> Vec<View> {
     let others = state.ids.get(key).and_then(|id| state.remote.get(id));
     let others = others.into_iter().flat_map(|m| m.values()).filter(|v| v.node != node);
     std::iter::once(own).chain(others.cloned()).collect()
@@ -423,22 +428,14 @@ fn decode(node: &str, value: &[u8]) -> Option<View> {
     parsed
 }
 
-/// A probe's id: the same on every replica whose configuration defines the probe the same
-/// way. A readable part (protocol, target, port and path) for people listing the keys,
-/// then a hash of the whole definition, since probes differing only in another monitor
-/// field are different probes. Only letters, digits and `.:-_[]` are kept as they are; every
-/// other byte is percent-encoded, so an id never holds `/`.
-pub fn probe_id(key: &ProbeKey) -> String {
-    let m = &key.monitor;
-    let protocol = m.protocol.as_str();
-    let target = match &key.target {
-        ProbeTarget::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
-        other => other.to_string(),
-    };
-    let mut readable = format!("{protocol}:{target}:{}", m.port);
-    if m.protocol != Protocol::Tcp {
-        readable.push_str(&m.path);
-    }
+/// An endpoint's id: the same on every replica whose configuration defines the endpoint's
+/// view the same way. A readable part (profile and endpoint name) for people listing the
+/// keys, then a hash of the whole definition (target, rule and every monitor), so that
+/// replicas monitoring an endpoint differently (during a rolling change) do not count each
+/// other's views. Only letters, digits and `.:-_[]` are kept as they are; every other byte
+/// is percent-encoded, so an id never holds `/`.
+fn endpoint_id(key: &EndpointKey) -> String {
+    let readable = format!("{}:{}", key.profile, key.endpoint);
     let mut id = String::new();
     for b in readable.bytes() {
         if id.len() >= READABLE_MAX {
@@ -453,12 +450,26 @@ pub fn probe_id(key: &ProbeKey) -> String {
     format!("{id}~{:016x}", crate::hash::hash_str(&definition(key)))
 }
 
-/// Every field of a probe's definition, each with its length, so that no two definitions
-/// give the same text.
-fn definition(key: &ProbeKey) -> String {
-    let m = &key.monitor;
+/// Every field of what decides an endpoint's view, each with its length, so that no two
+/// definitions give the same text.
+fn definition(key: &EndpointKey) -> String {
     let mut fields = vec![
-        key.target.to_string(),
+        key.profile.to_string(),
+        key.endpoint.to_string(),
+        key.target.clone(),
+        key.rule.to_string(),
+    ];
+    for m in key.monitors.iter() {
+        fields.push(format!("m{}", m.name));
+        monitor_fields(m, &mut fields);
+    }
+    fields.iter().map(|f| format!("{}:{f};", f.len())).collect()
+}
+
+/// The fields of one monitor's definition. The file a `file` monitor reads is left out:
+/// each replica may keep it in a place of its own.
+fn monitor_fields(m: &Monitor, fields: &mut Vec<String>) {
+    fields.extend([
         m.protocol.as_str().to_string(),
         m.port.to_string(),
         m.path.clone(),
@@ -467,14 +478,16 @@ fn definition(key: &ProbeKey) -> String {
         m.tolerated_failures.to_string(),
         m.tls_verify.to_string(),
         m.body_contains.clone().map_or_else(|| "-".to_string(), |b| format!("+{b}")),
-    ];
+    ]);
     fields.extend(m.expected_status.iter().map(|(lo, hi)| format!("s{lo}-{hi}")));
     fields.extend(m.headers.iter().flat_map(|(k, v)| [format!("h{k}"), v.clone()]));
-    // Only when there are some, so the ids of http, https and tcp probes stay as they were.
-    if m.params != crate::model::probe_params::ProbeParams::None {
+    if m.params != ProbeParams::None {
         fields.push(format!("p{:?}", m.params));
     }
-    fields.iter().map(|f| format!("{}:{f};", f.len())).collect()
+    if let Some(x) = &m.external {
+        let max_age = x.max_age.map_or(0, |a| a.as_millis());
+        fields.push(format!("x{:?}/{max_age}", x.missing));
+    }
 }
 
 #[cfg(test)]
@@ -482,55 +495,97 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
-    use crate::model::Monitor;
     use crate::model::health::Status;
+    use crate::model::{MonitorRule, Protocol};
 
-    fn key(target: &str, protocol: Protocol, port: u16, path: &str) -> ProbeKey {
-        let target = match target.parse::<IpAddr>() {
-            Ok(ip) => ProbeTarget::Ip(ip),
-            Err(_) => ProbeTarget::Host(crate::wire::name::WireName::parse(target).unwrap()),
-        };
-        ProbeKey {
-            target,
-            monitor: Monitor {
-                name: protocol.as_str().into(),
-                protocol,
-                port,
-                path: path.into(),
-                interval: Duration::from_secs(10),
-                timeout: Duration::from_secs(5),
-                tolerated_failures: 3,
-                expected_status: vec![(200, 299)],
-                headers: vec![],
-                body_contains: None,
-                tls_verify: false,
-                external: None,
-                params: Default::default(),
-            },
+    fn monitor(name: &str, protocol: Protocol, port: u16, path: &str) -> Monitor {
+        Monitor {
+            name: name.into(),
+            protocol,
+            port,
+            path: path.into(),
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(5),
+            tolerated_failures: 3,
+            expected_status: vec![(200, 299)],
+            headers: vec![],
+            body_contains: None,
+            tls_verify: false,
+            external: None,
+            params: Default::default(),
+        }
+    }
+
+    /// Endpoint `endpoint` of `profile` at 192.0.2.1 with one HTTP monitor.
+    fn key(profile: &str, endpoint: &str) -> EndpointKey {
+        EndpointKey {
+            profile: profile.into(),
+            endpoint: endpoint.into(),
+            target: "192.0.2.1".into(),
+            rule: MonitorRule::All,
+            monitors: vec![monitor("http", Protocol::Http, 80, "/health")].into(),
         }
     }
 
     #[test]
-    fn probe_ids_are_readable_stable_and_distinct() {
-        let k = key("192.0.2.1", Protocol::Http, 80, "/health check");
-        let id = probe_id(&k);
-        assert!(id.starts_with("http:192.0.2.1:80%2Fhealth%20check~"), "{id}");
-        assert!(!id.contains('/'));
-        assert_eq!(id, probe_id(&k.clone()));
+    fn endpoint_ids_are_readable_stable_and_distinct() {
+        let k = key("www.tm.example.test.", "eu-1");
+        let id = endpoint_id(&k);
+        assert!(id.starts_with("www.tm.example.test.:eu-1~"), "{id}");
+        assert_eq!(id, endpoint_id(&k.clone()));
         // Pinned: replicas of different builds must agree.
-        assert_eq!(id, "http:192.0.2.1:80%2Fhealth%20check~bec04d4c267c47fc");
-        let v6 = probe_id(&key("2001:db8::1", Protocol::Tcp, 443, "/ignored"));
-        assert!(v6.starts_with("tcp:[2001:db8::1]:443~"), "{v6}");
-        let host = probe_id(&key("www.example.net.", Protocol::Https, 443, "/"));
-        assert!(host.starts_with("https:www.example.net.:443%2F~"), "{host}");
-        // Any monitor field makes another probe.
-        let mut slower = k.clone();
-        slower.monitor.interval = Duration::from_secs(11);
-        assert_ne!(probe_id(&slower), id);
-        let mut header = k.clone();
-        header.monitor.headers = vec![("Host".into(), "a".into())];
-        assert_ne!(probe_id(&header), id);
-        let long = probe_id(&key("192.0.2.1", Protocol::Http, 80, &"/x".repeat(200)));
+        assert_eq!(id, "www.tm.example.test.:eu-1~e11f98f07c26d0f9");
+        let odd = endpoint_id(&key("a/b c.example.", "e"));
+        assert!(odd.starts_with("a%2Fb%20c.example.:e~"), "{odd}");
+        assert!(!odd.contains('/'));
+        // Whatever decides the view makes another id: the target, the rule, any field of
+        // any monitor, a monitor more, the monitors' names.
+        let mut changes: Vec<EndpointKey> = Vec::new();
+        let mut target = k.clone();
+        target.target = "192.0.2.2".into();
+        changes.push(target);
+        let mut rule = k.clone();
+        rule.rule = MonitorRule::Any;
+        changes.push(rule);
+        let mut slower = monitor("http", Protocol::Http, 80, "/health");
+        slower.interval = Duration::from_secs(11);
+        changes.push(EndpointKey { monitors: vec![slower].into(), ..k.clone() });
+        let mut header = monitor("http", Protocol::Http, 80, "/health");
+        header.headers = vec![("Host".into(), "a".into())];
+        changes.push(EndpointKey { monitors: vec![header].into(), ..k.clone() });
+        let renamed = monitor("web", Protocol::Http, 80, "/health");
+        changes.push(EndpointKey { monitors: vec![renamed].into(), ..k.clone() });
+        let two = vec![
+            monitor("http", Protocol::Http, 80, "/health"),
+            monitor("db", Protocol::Tcp, 5432, "/"),
+        ];
+        changes.push(EndpointKey { monitors: two.into(), ..k.clone() });
+        let mut pushed = monitor("ops", Protocol::Pushed, 0, "/");
+        pushed.external = Some(crate::model::ExternalMonitor {
+            missing: crate::model::MissingData::Healthy,
+            file: None,
+            max_age: None,
+        });
+        let mut unhealthy = pushed.clone();
+        unhealthy.external.as_mut().unwrap().missing = crate::model::MissingData::Unhealthy;
+        changes.push(EndpointKey { monitors: vec![pushed].into(), ..k.clone() });
+        changes.push(EndpointKey { monitors: vec![unhealthy].into(), ..k.clone() });
+        let mut ids: Vec<String> = changes.iter().map(endpoint_id).collect();
+        ids.push(id);
+        let distinct: HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "{ids:?}");
+        // Where a replica keeps a health file is its own business.
+        let file = |path: &str| {
+            let mut m = monitor("ext", Protocol::File, 0, "/");
+            m.external = Some(crate::model::ExternalMonitor {
+                missing: crate::model::MissingData::Unhealthy,
+                file: Some(path.into()),
+                max_age: None,
+            });
+            EndpointKey { monitors: vec![m].into(), ..k.clone() }
+        };
+        assert_eq!(endpoint_id(&file("/a/health")), endpoint_id(&file("/b/health")));
+        let long = endpoint_id(&key(&"x".repeat(200), "e"));
         assert!(long.len() < READABLE_MAX + 30, "{long}");
     }
 
@@ -567,13 +622,12 @@ mod tests {
     }
 
     /// Changed views go out in batches of at most `MAX_OPS`, a view already written is
-    /// not written again, a stopped probe's view is deleted, and a new lease rewrites all.
+    /// not written again, a stopped endpoint's view is deleted, and a new lease rewrites all.
     #[test]
     fn views_are_written_on_change_in_bounded_batches() {
         let views = HealthViews::of("node-0", Quorum::Majority, "/p/health/".into());
-        let keys: Vec<ProbeKey> = (0..300u16)
-            .map(|i| key(&format!("10.0.{}.{}", i / 256, i % 256), Protocol::Tcp, 80, "/"))
-            .collect();
+        let keys: Vec<EndpointKey> =
+            (0..300u16).map(|i| key("p.example.", &format!("e{i}"))).collect();
         for k in &keys {
             views.changed(k, &own(Status::Checking, "not probed yet"));
         }
@@ -596,7 +650,7 @@ mod tests {
         views.stopped(&keys[2]);
         let mut batch = views.take_batch();
         batch.sort();
-        let id = |k: &ProbeKey| probe_id(k);
+        let id = |k: &EndpointKey| endpoint_id(k);
         assert_eq!(batch.len(), 2, "{batch:?}");
         assert!(batch.contains(&(id(&keys[2]), None)));
         assert!(
@@ -621,18 +675,45 @@ mod tests {
         assert_eq!(views.key_of(&id(&keys[0])), format!("/p/health/{}/node-0", id(&keys[0])));
     }
 
-    /// Until the views are read, a probe's own view decides; then every fresh view counts
+    /// A reload that moves a health file gives the endpoint a new key with the same id: the
+    /// old key stopping after the new one started leaves the view in place.
+    #[test]
+    fn a_new_key_with_the_same_id_keeps_the_view() {
+        let views = HealthViews::of("node-0", Quorum::Majority, "/p/health/".into());
+        let file = |path: &str| {
+            let mut m = monitor("ext", Protocol::File, 0, "/");
+            m.external = Some(crate::model::ExternalMonitor {
+                missing: crate::model::MissingData::Unhealthy,
+                file: Some(path.into()),
+                max_age: None,
+            });
+            EndpointKey { monitors: vec![m].into(), ..key("p.example.", "e") }
+        };
+        let (before, after) = (file("/a/health"), file("/b/health"));
+        views.changed(&before, &own(Status::Online, "up in /a/health"));
+        views.written(views.take_batch());
+        views.changed(&after, &own(Status::Online, "up in /b/health"));
+        views.stopped(&before);
+        let batch = views.take_batch();
+        assert_eq!(batch.len(), 1, "{batch:?}");
+        assert!(batch[0].1.as_deref().is_some_and(|v| v.contains("/b/health")), "{batch:?}");
+        assert_eq!(views.view_counts().get("node-0"), Some(&1));
+        views.stopped(&after);
+        assert_eq!(views.take_batch(), vec![(endpoint_id(&after), None)]);
+    }
+
+    /// Until the views are read, an endpoint's own view decides; then every fresh view counts
     /// (this replica's own keys in etcd are not read back: its own view is in memory).
     #[test]
     fn verdicts_count_the_views_read() {
         let views = HealthViews::of("node-0", Quorum::Majority, "/p/health/".into());
-        let k = key("192.0.2.1", Protocol::Http, 80, "/");
+        let k = key("p.example.", "e");
         let mine = own(Status::Degraded, "HTTP 503, expected 200-299");
         views.changed(&k, &mine);
         let alone = views.verdict(&k, &mine);
         assert_eq!(alone.status, Status::Degraded);
         assert_eq!(alone.reason, "own view only (etcd unreachable): HTTP 503, expected 200-299");
-        let id = probe_id(&k);
+        let id = endpoint_id(&k);
         let online =
             r#"{"status":"online","reason":"probe succeeded","at":"2024-01-01T00:00:00Z"}"#;
         let entries = vec![
