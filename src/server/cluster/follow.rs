@@ -334,6 +334,6 @@ mod tests {
         let r = KeyRange::through("/s/profiles/", "/s/pushed");
         assert_eq!(r.end, b"/s/pushed\0".to_vec());
         assert!(b"/s/pushed".as_slice() < r.end.as_slice());
-        assert!(b"/s/health_pushed/x".as_slice() > r.end.as_slice());
+        assert!(b"/s/pushed/x".as_slice() > r.end.as_slice());
     }
 }
