@@ -26,7 +26,7 @@
 # Requirements (Debian): knot knot-dnsutils (kxdpgun, kdig) gdnsd iproute2, root, 2+ CPUs.
 # Usage: bench/capacity.sh [-r ROUNDS] [-t SECONDS] [--servers LIST] [--names LIST]
 #                          [--no-build] [--keep]
-# STEERDNS_BIN=PATH runs that binary instead of target/release/steerdns (with --no-build).
+# STEERDNS_BIN=PATH runs that binary instead of the release build (nothing is built then).
 # Default: -r 3 -t 5 --servers sd-sock,sd-xdp,gdnsd,knot-sock,knot-xdp --names static,routed
 set -euo pipefail
 
@@ -38,7 +38,9 @@ SERVER_CPU=0
 GEN_CPU=1
 BUILD=1
 KEEP=0
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -r) ROUNDS=$2; shift 2 ;;
@@ -52,14 +54,11 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-for tool in kxdpgun knotd gdnsd kdig ip taskset; do
-  command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] || { echo "missing $tool" >&2; exit 2; }
-done
-[[ $(id -u) == 0 ]] || { echo "needs root (namespaces, XDP)" >&2; exit 2; }
-if (( BUILD )); then (cd "$ROOT" && cargo build --release -q); fi
-BD=${STEERDNS_BIN:-$ROOT/target/release/steerdns}
-WORK=$(mktemp -d /tmp/capacity.XXXXXX)
+need kxdpgun knotd gdnsd kdig ip taskset
+need_root
+steerdns_binary "$ROOT" "$BUILD"
+BD=$STEERDNS
+work_dir capacity
 NS_S=capsrv$$ NS_G=capgen$$ IF_S=caps$$ IF_G=capg$$
 SRV=198.18.0.1 GEN=198.18.0.2
 PIDS=()
@@ -67,22 +66,13 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  ip netns del "$NS_S" 2>/dev/null || true
-  ip netns del "$NS_G" 2>/dev/null || true
+  veth_bed_remove "$NS_S" "$NS_G"
   (( KEEP )) || rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# 1. The bed.
-ip netns add "$NS_S"; ip netns add "$NS_G"
-ip link add "$IF_S" netns "$NS_S" type veth peer name "$IF_G" netns "$NS_G"
-ip -n "$NS_S" addr add $SRV/24 dev "$IF_S"; ip -n "$NS_G" addr add $GEN/24 dev "$IF_G"
-for x in "$NS_S:$IF_S" "$NS_G:$IF_G"; do
-  ip -n "${x%%:*}" link set "${x#*:}" up; ip -n "${x%%:*}" link set lo up
-done
-# One queue each way, so one worker serves everything.
-SRV_MAC=$(ip netns exec "$NS_S" cat "/sys/class/net/$IF_S/address")
-ip -n "$NS_G" neigh replace $SRV lladdr "$SRV_MAC" dev "$IF_G"
+# 1. The bed. One queue each way, so one worker serves everything.
+veth_bed "$NS_S" "$IF_S" $SRV "$NS_G" "$IF_G" $GEN
 in_s() { ip netns exec "$NS_S" "$@"; }
 in_g() { ip netns exec "$NS_G" "$@"; }
 
@@ -170,15 +160,12 @@ start() {  # start SERVER
   esac
   in_s taskset -c "$SERVER_CPU" "${cmd[@]}" >"$WORK/$1.log" 2>&1 &
   SERVER_PID=$!; PIDS+=("$SERVER_PID")
-  for _ in $(seq 100); do
-    if in_g kdig +short +timeout=1 +retry=0 @$SRV www.bench.test A 2>/dev/null | grep -q 192.0.2.21; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "$1 did not start; log:" >&2; cat "$WORK/$1.log" >&2; exit 1
+  wait_until 100 0.1 "$SERVER_PID" "$WORK/$1.log" answers
 }
-stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+answers() {  # the server answers www.bench.test from the generator's namespace
+  in_g kdig +short +timeout=1 +retry=0 @$SRV www.bench.test A 2>/dev/null | grep -q 192.0.2.21
+}
+stop_server() { stop_pid "$SERVER_PID"; }
 
 # 4. One run: offered rate -> answered share (percent) and answers per second.
 gun() {  # gun RATE QUERYFILE [extra kxdpgun args] -> "answered_pct replies_per_s"
