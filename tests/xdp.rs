@@ -503,6 +503,24 @@ fn a_vlan_tagged_query_goes_to_the_kernel() {
     stop(&mut server, libc::SIGTERM);
 }
 
+/// The harness starts its server with the test's thread switched into the server's
+/// namespace: the switch is that thread's alone (tokio's workers, which run the test's
+/// tasks, stay where they are), threads started meanwhile (the server's UDP and fast path
+/// workers) are born in it, and the thread comes back when the guard drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_switch_is_the_calling_threads_own() {
+    let Some(pair) = VethPair::new(1) else { return };
+    let netns = || std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+    let home = netns();
+    let inside = pair.enter_server();
+    let there = netns();
+    assert_ne!(there, home);
+    assert_eq!(std::thread::spawn(netns).join().unwrap(), there, "a thread started inside");
+    assert_eq!(tokio::spawn(async move { netns() }).await.unwrap(), home, "a worker");
+    drop(inside);
+    assert_eq!(netns(), home);
+}
+
 /// The wire conformance cases of UDP, each on an in-process server whose UDP queries only
 /// the fast path answers (its sockets listen on another port). Every case passes this way;
 /// none is skipped.
