@@ -46,7 +46,9 @@ BUILD=1
 KEEP=0
 COST_RATE=150000
 COST_ONLY=0
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -r) ROUNDS=$2; shift 2 ;;
@@ -62,14 +64,11 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-for tool in kxdpgun knotd gdnsd kdig ip taskset ethtool; do
-  command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] || { echo "missing $tool" >&2; exit 2; }
-done
-[[ $(id -u) == 0 ]] || { echo "needs root (namespaces, XDP)" >&2; exit 2; }
-if (( BUILD )); then (cd "$ROOT" && cargo build --release -q); fi
-BD=${STEERDNS_BIN:-$ROOT/target/release/steerdns}
-WORK=$(mktemp -d /tmp/capacity.XXXXXX)
+need kxdpgun knotd gdnsd kdig ip taskset ethtool chrt
+need_root
+steerdns_binary "$ROOT" "$BUILD"
+BD=$STEERDNS
+work_dir capacity
 NS_S=capsrv$$ NS_G=capgen$$ IF_S=caps$$ IF_G=capg$$
 SRV=198.18.0.1 GEN=198.18.0.2
 PIDS=()
@@ -77,19 +76,13 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  ip netns del "$NS_S" 2>/dev/null || true
-  ip netns del "$NS_G" 2>/dev/null || true
+  veth_bed_remove "$NS_S" "$NS_G"
   (( KEEP )) || rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# 1. The bed.
-ip netns add "$NS_S"; ip netns add "$NS_G"
-ip link add "$IF_S" netns "$NS_S" type veth peer name "$IF_G" netns "$NS_G"
-ip -n "$NS_S" addr add $SRV/24 dev "$IF_S"; ip -n "$NS_G" addr add $GEN/24 dev "$IF_G"
-for x in "$NS_S:$IF_S" "$NS_G:$IF_G"; do
-  ip -n "${x%%:*}" link set "${x#*:}" up; ip -n "${x%%:*}" link set lo up
-done
+# 1. The bed. One queue each way, so one worker serves everything.
+veth_bed "$NS_S" "$IF_S" $SRV "$NS_G" "$IF_G" $GEN
 # Each side's receive work on its own core. Without NAPI, veth runs the receiving side's
 # network stack in the sender's softirq, so the generator's core would do the server's
 # kernel work (and the socket servers would look as fast as the XDP ones). With GRO on,
@@ -106,9 +99,6 @@ for x in "$NS_S:$IF_S:$SERVER_CPU" "$NS_G:$IF_G:$GEN_CPU"; do
   done
   [[ -n $(pgrep "^napi/$ifname-") ]] || { echo "no NAPI thread for $ifname" >&2; exit 2; }
 done
-# One queue each way, so one worker serves everything.
-SRV_MAC=$(ip netns exec "$NS_S" cat "/sys/class/net/$IF_S/address")
-ip -n "$NS_G" neigh replace $SRV lladdr "$SRV_MAC" dev "$IF_G"
 in_s() { ip netns exec "$NS_S" "$@"; }
 in_g() { ip netns exec "$NS_G" "$@"; }
 
@@ -198,14 +188,10 @@ start() {  # start SERVER
   # shell rather than the server (which would then outlive stop_server).
   ip netns exec "$NS_S" taskset -c "$SERVER_CPU" "${cmd[@]}" >"$WORK/$1.log" 2>&1 &
   SERVER_PID=$!; PIDS+=("$SERVER_PID")
-  for _ in $(seq 100); do
-    kill -0 "$SERVER_PID" 2>/dev/null || { echo "$1 exited; log:" >&2; cat "$WORK/$1.log" >&2; exit 1; }
-    if in_g kdig +short +timeout=1 +retry=0 @$SRV www.bench.test A 2>/dev/null | grep -q 192.0.2.21; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "$1 did not start; log:" >&2; cat "$WORK/$1.log" >&2; exit 1
+  wait_until 100 0.1 "$SERVER_PID" "$WORK/$1.log" answers
+}
+answers() {  # the server answers www.bench.test from the generator's namespace
+  in_g kdig +short +timeout=1 +retry=0 @$SRV www.bench.test A 2>/dev/null | grep -q 192.0.2.21
 }
 # start SERVER, then check that an XDP server's own program took the interface (a server
 # that fell back to sockets would be measured as the wrong thing).
@@ -221,7 +207,7 @@ start_checked() {
 # Which XDP program is attached to the server's interface ("" for none).
 xdp_prog() { in_s ip -o link show dev "$IF_S" | sed -n 's/.*prog\/xdp id [0-9]* name \([^ ]*\).*/\1/p'; }
 stop_server() {
-  kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true
+  stop_pid "$SERVER_PID"
   # Knot leaves its XDP program attached when it stops (it takes it over on a restart);
   # left there, it would tax every later server and make steerdns fall back to sockets.
   in_s ip link set dev "$IF_S" xdp off

@@ -72,8 +72,11 @@ KN_PORT=5402
 BUILD=1
 KEEP=0
 SRC=
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH=$REPO/bench
+# shellcheck source=bench/lib.sh
+. "$BENCH/lib.sh"
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -W|--workloads) WORKLOADS=$2; shift 2 ;;
@@ -105,27 +108,15 @@ for w in $WORKLOADS; do
 done
 wants() { [[ " $WORKLOADS " == *" $1 "* ]]; }
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BENCH=$REPO/bench
 SRC=${SRC:-$REPO}   # the tree that is built and benchmarked
-for tool in cargo dnsperf gdnsd getconf awk python3; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
-done
+need dnsperf gdnsd getconf awk python3
 HAVE_DIG=0; command -v dig >/dev/null && HAVE_DIG=1
 HAVE_KNOT=0; command -v knotd >/dev/null && HAVE_KNOT=1
 CLK_TCK=$(getconf CLK_TCK)   # units of utime/stime in /proc/PID/stat
 
 # ---------------------------------------------------------------------------------------
-# 1. Build. `cargo metadata` tells where the binary lands, whatever CARGO_TARGET_DIR or a
-#    .cargo/config target-dir says, so we never guess the path.
-TARGET_DIR=$(cd "$SRC" && cargo metadata --format-version 1 --no-deps \
-  | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
-STEERDNS=$TARGET_DIR/release/steerdns
-if [[ $BUILD == 1 ]]; then
-  echo "== building steerdns (release) from $SRC into $TARGET_DIR"
-  (cd "$SRC" && cargo build --release --quiet)
-fi
-[[ -x $STEERDNS ]] || { echo "no binary at $STEERDNS (drop --no-build?)" >&2; exit 1; }
+# 1. Build (bench/lib.sh: the release binary wherever cargo puts it).
+steerdns_binary "$SRC" "$BUILD"
 # Versions of what is measured (gdnsd has no -V: its usage text carries the version).
 rev=$(git -C "$SRC" describe --always --dirty 2>/dev/null || echo "not a git checkout")
 echo "   $("$STEERDNS" --version) from $SRC ($rev)"
@@ -141,7 +132,7 @@ echo "   UDP threads per address: ${UDP_THREADS:-steerdns one per core, gdnsd 2}
 # 2. Server instances. Each has a kind (steerdns, gdnsd, knot), a port, a config, a log and,
 #    while running, a PID. Servers are stopped with SIGTERM (all three exit cleanly on it),
 #    then SIGKILL after 5 s if one hangs, whatever way the script ends.
-WORK=$(mktemp -d /tmp/steerdns-bench.XXXXXX)
+work_dir steerdns-bench
 mkdir -p "$WORK/out"
 declare -A KIND PORT CONF PID READY
 define() {  # define INSTANCE KIND PORT CONFIG READY_NAME  (READY_NAME must answer 127.0.0.1)
@@ -157,16 +148,9 @@ define sd-scale steerdns $((SD_PORT + 30)) "$WORK/scale/steerdns.yaml" ns1.scale
 SCALE_ADMIN=$((SD_PORT + 31))
 
 stop() {  # stop INSTANCE
-  local pid=${PID[$1]} i
+  local pid=${PID[$1]}
   PID[$1]=
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "warning: $1 ($pid) ignored SIGTERM, killing" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
+  stop_pid "$pid" "$1"
 }
 cleanup() {
   local i
@@ -185,19 +169,14 @@ answers() {  # answers PORT NAME: true when the server answers NAME A with 127.0
   fi
 }
 start() {  # start INSTANCE [TIMEOUT_S]: launch in the foreground, wait until it answers
-  local i=$1 limit=$((${2:-10} * 20)) n log="$WORK/${1}.log"
+  local i=$1 limit=$((${2:-10} * 20)) log="$WORK/${1}.log"
   case ${KIND[$i]} in
     steerdns) RUST_LOG=${RUST_LOG:-warn} "$STEERDNS" serve -c "${CONF[$i]}" 2>"$log" & ;;
     gdnsd) gdnsd -c "${CONF[$i]}" start >"$log" 2>&1 & ;;
     knot) knotd -c "${CONF[$i]}" >"$log" 2>&1 & ;;
   esac
   PID[$i]=$!
-  for ((n = 0; n < limit; n++)); do
-    kill -0 "${PID[$i]}" 2>/dev/null || { echo "$i exited:" >&2; cat "$log" >&2; exit 1; }
-    answers "${PORT[$i]}" "${READY[$i]}" && return 0
-    sleep 0.05
-  done
-  echo "$i does not answer on port ${PORT[$i]}:" >&2; cat "$log" >&2; exit 1
+  wait_until "$limit" 0.05 "${PID[$i]}" "$log" answers "${PORT[$i]}" "${READY[$i]}"
 }
 
 # ---------------------------------------------------------------------------------------

@@ -41,8 +41,10 @@ BUILD=1
 KEEP=0
 PORT=5440
 ADMIN=5441
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -r) ROUNDS=$2; shift 2 ;;
@@ -60,22 +62,14 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $ICOUNT == 1 && -z $RATE ]] && RATE="-Q 2000"
-for tool in cargo dnsperf curl getconf; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
-done
-
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TARGET_DIR=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps \
-  | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
-STEERDNS=$TARGET_DIR/release/steerdns
-if [[ $BUILD == 1 ]]; then (cd "$REPO" && cargo build --release --quiet); fi
-[[ -x $STEERDNS ]] || { echo "no binary at $STEERDNS (drop --no-build?)" >&2; exit 1; }
+need dnsperf curl getconf
+steerdns_binary "$REPO" "$BUILD"
 CLK_TCK=$(getconf CLK_TCK)
-WORK=$(mktemp -d /tmp/steerdns-dnstap-bench.XXXXXX)
+work_dir steerdns-dnstap-bench
 PID=
 CAPTURE=
 cleanup() {
-  for p in $PID $CAPTURE; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  for p in $PID $CAPTURE; do stop_pid "$p"; done
   if [[ $KEEP == 1 ]]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -106,6 +100,10 @@ config() {  # config CASE -> path
 
 printf 'www.tm.example.test A\napi.tm.example.test A\ninfo.tm.example.test TXT\nmissing.tm.example.test A\npool.tm.example.test A\n' >"$WORK/queries.txt"
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+answers() {  # the server on $PORT answers a query
+  dnsperf -s 127.0.0.1 -p "$PORT" -d "$WORK/queries.txt" -n 1 -t 1 2>/dev/null \
+    | grep -q 'Queries completed: *[1-9]'
+}
 metric() {  # metric NAME: the sum of a metric's series
   curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v n="$1" '$1 ~ "^"n { s += $2 } END { print s + 0 }'
 }
@@ -127,10 +125,7 @@ run() {  # run CASE ROUND
     RUST_LOG=warn "$bin" serve -c "$cfg" 2>"$WORK/$c.log" &
   fi
   PID=$!
-  until dnsperf -s 127.0.0.1 -p "$PORT" -d "$WORK/queries.txt" -n 1 -t 1 2>/dev/null | grep -q 'Queries completed: *[1-9]'; do
-    kill -0 "$PID" 2>/dev/null || { cat "$WORK/$c.log" >&2; exit 1; }
-    sleep 0.05
-  done
+  wait_until 6000 0.05 "$PID" "$WORK/$c.log" answers
   # shellcheck disable=SC2086 # $RATE is empty or two words
   if [[ $ICOUNT == 1 ]]; then
     icount "$c" "$2"
@@ -147,7 +142,7 @@ run() {  # run CASE ROUND
   if [[ $c != off && $c != base ]]; then
     sent=$(metric steerdns_dnstap_sent_total); dropped=$(metric steerdns_dnstap_dropped_total)
   fi
-  kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=
+  stop_pid "$PID"; PID=
   if [[ -n $CAPTURE ]]; then kill -INT "$CAPTURE"; wait "$CAPTURE" 2>/dev/null || true; CAPTURE=; fi
   local us
   us=$(awk -v t="$((t1 - t0))" -v k="$CLK_TCK" -v q="$done_q" 'BEGIN { printf "%.3f", t / k * 1e6 / q }')
@@ -167,7 +162,7 @@ icount() {  # icount CASE ROUND: the server runs under callgrind; warm up, zero,
   if [[ $c != off && $c != base ]]; then
     sent=$(metric steerdns_dnstap_sent_total); dropped=$(metric steerdns_dnstap_dropped_total)
   fi
-  kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=
+  stop_pid "$PID"; PID=
   if [[ -n $CAPTURE ]]; then kill -INT "$CAPTURE"; wait "$CAPTURE" 2>/dev/null || true; CAPTURE=; fi
   # The dump taken after the counted queries (callgrind numbers its dumps from 1).
   ir=$(awk '/^summary:/ { print $2; exit }' "$WORK/$c.$2.cg.1")

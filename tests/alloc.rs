@@ -2,7 +2,8 @@
 //! the responder answer the common query kinds (routing methods, static records, NXDOMAIN,
 //! ECS) from request bytes to response bytes, signed too (DNSSEC, signatures from the
 //! pre-signed table and the thread's cache), and the same with every exchange handed to
-//! the dnstap query log (its writer thread included).
+//! the dnstap query log (its writer thread included); and the AF_XDP fast path's work on a
+//! frame, from the query's Ethernet frame to the reply's.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -809,4 +810,112 @@ endpoints:
     }
     let allocs = ALLOCS.load(Ordering::Relaxed) - before;
     assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
+}
+
+/// A UDP query frame from `src` to port 53 of `dst` (same family) carrying `dns`, built
+/// byte by byte: Ethernet, IPv4 with its header checksum or IPv6, UDP without a checksum.
+fn query_frame(src: IpAddr, dst: IpAddr, dns: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    let udp_len = (8 + dns.len()) as u16;
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            f.extend_from_slice(&[0x08, 0x00]);
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&(20 + udp_len).to_be_bytes());
+            ip.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0]);
+            ip.extend_from_slice(&s.octets());
+            ip.extend_from_slice(&d.octets());
+            let mut sum: u32 =
+                ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+            while sum >> 16 != 0 {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            f.extend_from_slice(&ip);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+            f.extend_from_slice(&udp_len.to_be_bytes());
+            f.extend_from_slice(&[17, 64]);
+            f.extend_from_slice(&s.octets());
+            f.extend_from_slice(&d.octets());
+        }
+        _ => panic!("one family"),
+    }
+    f.extend_from_slice(&[0x9c, 0x40, 0, 53]);
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(dns);
+    f
+}
+
+#[test]
+fn the_xdp_fast_path_allocates_nothing_per_frame() {
+    use steerdns::model::snapshot::RateLimit;
+    use steerdns::server::rrl::Limiter;
+    use steerdns::server::xdp::worker::{Batch, Handled, State, handle};
+
+    let _turn = turn();
+    let mut snap = example().snapshot;
+    // Rate limited, so that answers, slips and drops all take their turn.
+    snap.rate_limit = Some(RateLimit {
+        rate: 20,
+        burst: 25,
+        slip: 2,
+        ipv4_prefix: 24,
+        ipv6_prefix: 56,
+        exempt: steerdns::netrange::RangeMap::new(vec![]).unwrap(),
+    });
+    let limiter = Limiter::default();
+    let batch = Batch { snap: &snap, measured: None, limiter: &limiter, now: 1_800_000_000 };
+    let mut state = State::new(rand::rngs::SmallRng::seed_from_u64(1));
+    let (v4, v6): (IpAddr, IpAddr) =
+        ("198.18.0.1".parse().unwrap(), "2001:db8:5::1".parse().unwrap());
+    let mut frames = Vec::new();
+    for (i, q) in queries().iter().enumerate() {
+        frames.push(query_frame(format!("198.18.0.{}", 10 + i).parse().unwrap(), v4, q));
+        frames.push(query_frame(format!("2001:db8:5::{:x}", 0x10 + i).parse().unwrap(), v6, q));
+    }
+    // A response, which gets no answer, and a frame cut inside its IP header.
+    let mut response = frames[0].clone();
+    response[14 + 20 + 8 + 2] |= 0x80;
+    frames.push(response);
+    frames.push(frames[0][..30].to_vec());
+    let mut frame = vec![0u8; 4096];
+    let mut outcomes = [0usize; 3];
+    let mut run = |query: &[u8], outcomes: &mut [usize; 3]| {
+        frame[..query.len()].copy_from_slice(query);
+        let handled = handle(&mut frame, query.len(), &batch, &mut state, None);
+        match handled {
+            Handled::Reply(len) => {
+                // The reply goes back the way the query came.
+                let (q, r) = (
+                    steerdns::frame::parse(query).unwrap(),
+                    steerdns::frame::parse(&frame[..len]).unwrap(),
+                );
+                assert_eq!((r.src, r.dst), (q.dst, q.src));
+                assert_eq!(r.payload[..2], q.payload[..2], "the query's id");
+                outcomes[0] += 1;
+            }
+            Handled::Unanswered => outcomes[1] += 1,
+            Handled::Malformed => outcomes[2] += 1,
+        }
+    };
+    // Warm up: within the burst (20 queries from each family's network), every query is
+    // answered.
+    for f in &frames {
+        run(f, &mut outcomes);
+    }
+    assert_eq!(outcomes, [frames.len() - 2, 1, 1]);
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        for f in &frames {
+            run(f, &mut outcomes);
+        }
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocs, 0, "{allocs} allocations in {} frames", 1000 * frames.len());
+    // Past the rate, answers were slipped and dropped too.
+    let counted = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+    assert!(counted(&limiter.slipped) > 0 && counted(&limiter.dropped) > 0, "{outcomes:?}");
 }

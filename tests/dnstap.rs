@@ -2,27 +2,36 @@
 //! by `fstrm_capture`, started after the server) read back by BIND's `dnstap-read`,
 //! sampling, a reader that stops reading (queries are still answered, losses counted), the
 //! configuration checks, reloads that turn the log on, move it, change its settings and
-//! turn it off, and TCP connections past the pool of TCP rings.
+//! turn it off, TCP connections past the pool of TCP rings, and the queries the AF_XDP fast
+//! path answers (that run needs root; without it, it says so and passes, unless
+//! STEERDNS_REQUIRE_TOOLS=1).
 
 mod common;
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::netns::{SERVER_V6, client_v6};
 use common::*;
 use steerdns::server::dnstap::Stats;
 
 /// Starts a server with the default profiles and this `log:` block.
 async fn logging(block: &str) -> Harness {
+    logging_via(block, Via::Sockets).await.expect("sockets are always there")
+}
+
+/// `logging`, reached `via`; `None` when that way cannot be set up here.
+async fn logging_via(block: &str, via: Via) -> Option<Harness> {
     let dir = tempfile::tempdir().expect("tempdir");
     write_config(dir.path(), DEFAULT_PROFILES);
     let yaml = std::fs::read_to_string(dir.path().join("steerdns.yaml")).unwrap();
     std::fs::write(dir.path().join("steerdns.yaml"), format!("{yaml}log:\n{block}")).unwrap();
-    Harness::in_dir(dir).await
+    Harness::in_dir_via(dir, via).await
 }
 
 fn stats(h: &Harness) -> &Stats {
@@ -176,6 +185,48 @@ async fn a_file_log_reads_back_with_dnstap_read() {
     }
     let info = format!("{} IN TXT", fq("info"));
     assert!(select(&docs, "AUTH_RESPONSE", "UDP", &info).is_empty(), "no response was sent");
+}
+
+/// Queries the AF_XDP fast path answers are logged as the sockets' are, with the client's
+/// address and port and the fast path's, on both families.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xdp_answers_are_logged_with_their_addresses_and_ports() {
+    if !have("dnstap-read", "bind9-dnsutils") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("queries.fstrm");
+    let block = format!("  dnstap:\n    file: {}\n", path.display());
+    let Some(h) = logging_via(&block, Via::Xdp).await else { return };
+    let v4 = h.fresh_udp().await;
+    let v6 = h.bind_udp(client_v6(1).into());
+    let server6 = SocketAddr::new(SERVER_V6.into(), XDP_PORT);
+    v6.connect(server6).await.unwrap();
+    let mut asked = Vec::new();
+    for (sock, server, name) in [(&v4, h.addr, "www"), (&v6, server6, "api")] {
+        let reply = udp_exchange(sock, &Q::new(&fq(name), T_A).bytes()).await;
+        assert_eq!(Reply::new(reply.expect("an answer")).rcode(), NOERROR);
+        asked.push((sock.local_addr().unwrap(), server, name));
+    }
+    let s = stats(&h);
+    wait_for(WAIT, "4 messages written", || load(&s.sent) == 4).await;
+    h.stop().await;
+
+    let docs = dnstap_read(&path);
+    assert_eq!(docs.len(), 4, "{docs:#?}");
+    for (client, server, name) in asked {
+        let family = if client.is_ipv4() { "INET" } else { "INET6" };
+        for kind in ["AUTH_QUERY", "AUTH_RESPONSE"] {
+            let found = select(&docs, kind, "UDP", &format!("{} IN A", fq(name)));
+            assert_eq!(found.len(), 1, "one {kind} for {name}: {docs:#?}");
+            let d = found[0];
+            assert_eq!(d.get("message.socket_family"), family, "{d:?}");
+            assert_eq!(d.get("message.query_address"), client.ip().to_string(), "{d:?}");
+            assert_eq!(d.get("message.query_port"), client.port().to_string(), "{d:?}");
+            assert_eq!(d.get("message.response_address"), server.ip().to_string(), "{d:?}");
+            assert_eq!(d.get("message.response_port"), server.port().to_string(), "{d:?}");
+        }
+    }
 }
 
 /// A Frame Streams reader: `fstrm_capture` writing what it receives on `sock` to `out`.

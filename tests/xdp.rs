@@ -1,118 +1,63 @@
 //! The AF_XDP fast path on a real veth pair between two network namespaces made here:
 //! steerdns serves in one, kdig asks from the other, and the kernel's UDP counters show
-//! which path answered. Frames no socket would send come from Python's packet sockets. Needs root (namespaces, XDP); without it the tests say so and pass,
-//! unless STEERDNS_REQUIRE_TOOLS=1.
+//! which path answered. Frames no socket would send come from Python's packet sockets. The
+//! wire conformance cases of UDP (tests/common/wire_cases.rs) run here again, through the
+//! fast path, on an in-process server. Needs root (namespaces, XDP); without it the tests
+//! say so and pass, unless STEERDNS_REQUIRE_TOOLS=1.
 
 mod common;
 
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::ops::Deref;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{require_tool, tools_required};
+use common::netns::{SERVER_V4, SERVER_V6, VethPair, client_v4, run};
+use common::{Via, require_tool, tools_required};
 
 const SERVER: &str = "198.18.0.1";
-const CLIENT: &str = "198.18.0.2";
 const SERVER6: &str = "2001:db8:5::1";
-const CLIENT6: &str = "2001:db8:5::2";
 
-fn run(args: &[&str]) -> Output {
-    Command::new(args[0]).args(&args[1..]).output().expect("run a command")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Two namespaces joined by a veth pair, removed on drop.
+/// Two namespaces joined by a veth pair with two queues each way, for a steerdns process
+/// started in one of them.
 struct Bed {
-    server_ns: String,
-    client_ns: String,
-    /// The server side's interface.
-    ifname: String,
+    pair: VethPair,
+}
+
+impl Deref for Bed {
+    type Target = VethPair;
+    fn deref(&self) -> &VethPair {
+        &self.pair
+    }
 }
 
 impl Bed {
     /// `None` (after saying why) where namespaces cannot be made.
-    fn new(tag: &str) -> Option<Bed> {
-        let id = format!("{}{tag}", std::process::id() % 100_000);
-        let bed = Bed {
-            server_ns: format!("sdxs{id}"),
-            client_ns: format!("sdxc{id}"),
-            ifname: format!("sx{id}"),
-        };
-        if !run(&["ip", "netns", "add", &bed.server_ns]).status.success() {
-            assert!(!tools_required(), "cannot create a network namespace: CI runs as root");
-            eprintln!("skipping: creating network namespaces needs root");
-            return None;
-        }
-        ok(&["ip", "netns", "add", &bed.client_ns]);
-        let peer = format!("cx{id}");
-        ok(&[
-            "ip",
-            "link",
-            "add",
-            &bed.ifname,
-            "netns",
-            &bed.server_ns,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &peer,
-            "netns",
-            &bed.client_ns,
-        ]);
-        for (ns, ifname, v4, v6) in [
-            (&bed.server_ns, &bed.ifname, SERVER, SERVER6),
-            (&bed.client_ns, &peer, CLIENT, CLIENT6),
-        ] {
-            let ip = |args: &[&str]| {
-                let mut all = vec!["ip", "-n", ns.as_str()];
-                all.extend_from_slice(args);
-                ok(&all);
-            };
-            ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname]);
-            ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"]);
-            ip(&["link", "set", ifname, "up"]);
-            ip(&["link", "set", "lo", "up"]);
-        }
-        Some(bed)
-    }
-
-    fn in_client(&self, args: &[&str]) -> Output {
-        let mut all = vec!["ip", "netns", "exec", self.client_ns.as_str()];
-        all.extend_from_slice(args);
-        run(&all)
-    }
-
-    fn in_server(&self, args: &[&str]) -> String {
-        let mut all = vec!["ip", "netns", "exec", self.server_ns.as_str()];
-        all.extend_from_slice(args);
-        ok(&all)
-    }
-
-    /// The kernel's UDP counter `name` in the server's namespace.
-    fn udp_counter(&self, name: &str) -> u64 {
-        let snmp = self.in_server(&["cat", "/proc/net/snmp"]);
-        let mut lines = snmp.lines().filter(|l| l.starts_with("Udp:"));
-        let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
-        let i = names.split_whitespace().position(|n| n == name).unwrap();
-        values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    fn new() -> Option<Bed> {
+        assert_eq!((SERVER.parse(), SERVER6.parse()), (Ok(SERVER_V4), Ok(SERVER_V6)));
+        Some(Bed { pair: VethPair::new(2)? })
     }
 
     /// Whether an XDP program is attached to the server's interface.
     fn has_program(&self) -> bool {
-        self.in_server(&["ip", "link", "show", "dev", &self.ifname]).contains("prog/xdp")
+        self.in_server(&["ip", "link", "show", "dev", &self.server_if]).contains("prog/xdp")
     }
 
     /// Starts steerdns in the server namespace with `listen.xdp` on its interface.
     fn serve(&self, dir: &Path) -> Child {
         let child = self.spawn(dir, 53, 8053);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.has_program() || !self.answers() {
+        // The program is attached before the sockets are in its map, and until then it
+        // passes queries to the kernel: only the log line written once every queue has its
+        // socket says that the fast path answers them all.
+        let log = dir.join("log");
+        let ready = || {
+            std::fs::read_to_string(&log)
+                .is_ok_and(|l| l.contains("answering UDP in AF_XDP sockets"))
+        };
+        while !self.has_program() || !ready() || !self.answers() {
             assert!(Instant::now() < deadline, "steerdns did not start answering through XDP");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -136,7 +81,7 @@ zones:
       - "www A 192.0.2.10"
       - "www AAAA 2001:db8::10"
 {big}"#,
-            self.ifname,
+            self.server_if,
             big = (0..8)
                 .map(|i| format!("      - 'big TXT \"{}\"'\n", format!("{i}").repeat(200)))
                 .collect::<String>()
@@ -179,23 +124,13 @@ zones:
     /// socket: frames no socket API would send.
     fn inject(&self, frame: &[u8]) {
         let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
-        let peer = self.ifname.replacen("sx", "cx", 1);
+        let peer = &self.client_if;
         let script = format!(
             "import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
              s.bind(('{peer}', 0)); s.send(bytes.fromhex('{hex}'))"
         );
         let out = self.in_client(&["python3", "-c", &script]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn mac(&self, ns: &str, ifname: &str) -> [u8; 6] {
-        let out =
-            ok(&["ip", "netns", "exec", ns, "cat", &format!("/sys/class/net/{ifname}/address")]);
-        let mut mac = [0u8; 6];
-        for (m, h) in mac.iter_mut().zip(out.trim().split(':')) {
-            *m = u8::from_str_radix(h, 16).unwrap();
-        }
-        mac
     }
 
     fn metric(&self, name: &str) -> u64 {
@@ -206,43 +141,84 @@ zones:
     }
 }
 
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let _ = run(&["ip", "netns", "del", &self.server_ns]);
-        let _ = run(&["ip", "netns", "del", &self.client_ns]);
-    }
-}
-
 fn stop(child: &mut Child, signal: i32) {
     // SAFETY: signalling our own child by its pid.
     unsafe { libc::kill(child.id() as i32, signal) };
     child.wait().unwrap();
 }
 
-/// An IPv4/UDP frame to the server's port 53, its fields as given.
-fn ipv4_frame(dst_mac: [u8; 6], src_mac: [u8; 6], total_len: u16, good_checksum: bool) -> Vec<u8> {
-    let mut f = dst_mac.to_vec();
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 18, 0, 1];
-    ip[2..4].copy_from_slice(&total_len.to_be_bytes());
-    let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
+/// An IPv4/UDP frame from port 40000 to the server's port 53, its fields as given, so that
+/// frames can lie about their lengths and checksums.
+struct Frame4 {
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    /// The VLAN id of an 802.1Q tag before the EtherType; `None`: untagged.
+    vlan: Option<u16>,
+    src: Ipv4Addr,
+    /// The IP header's total length.
+    total_len: u16,
+    good_checksum: bool,
+    /// The UDP payload.
+    dns: Vec<u8>,
+}
+
+impl Frame4 {
+    /// A well-formed frame from the client's first address to the server, carrying `dns`.
+    fn new(bed: &Bed, dns: &[u8]) -> Frame4 {
+        Frame4 {
+            dst_mac: bed.mac(&bed.server_ns, &bed.server_if),
+            src_mac: bed.mac(&bed.client_ns, &bed.client_if),
+            vlan: None,
+            src: client_v4(1),
+            total_len: (20 + 8 + dns.len()) as u16,
+            good_checksum: true,
+            dns: dns.to_vec(),
+        }
     }
-    let check = if good_checksum { !(sum as u16) } else { !(sum as u16) ^ 0x0101 };
-    ip[10..12].copy_from_slice(&check.to_be_bytes());
-    f.extend_from_slice(&ip);
-    // UDP 40000 -> 53, length 20, no checksum, then a 12-byte DNS header.
-    f.extend_from_slice(&[0x9c, 0x40, 0, 53, 0, 20, 0, 0]);
-    f.extend_from_slice(&[0x12, 0x34, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    f
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut f = self.dst_mac.to_vec();
+        f.extend_from_slice(&self.src_mac);
+        if let Some(id) = self.vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&id.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
+        ip.extend_from_slice(&self.src.octets());
+        ip.extend_from_slice(&SERVER_V4.octets());
+        ip[2..4].copy_from_slice(&self.total_len.to_be_bytes());
+        let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        let check = if self.good_checksum { !(sum as u16) } else { !(sum as u16) ^ 0x0101 };
+        ip[10..12].copy_from_slice(&check.to_be_bytes());
+        f.extend_from_slice(&ip);
+        // UDP 40000 -> 53, no checksum.
+        f.extend_from_slice(&[0x9c, 0x40, 0, 53]);
+        f.extend_from_slice(&((8 + self.dns.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(&self.dns);
+        f
+    }
+}
+
+/// A query for `name`'s A record, without EDNS, byte by byte.
+fn a_query(name: &str) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
 }
 
 #[test]
 fn xdp_answers_passes_the_rest_and_leaves_nothing_attached() {
     let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
-    let Some(bed) = Bed::new("a") else { return };
+    let Some(bed) = Bed::new() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut server = bed.serve(dir.path());
 
@@ -293,13 +269,11 @@ fn xdp_answers_passes_the_rest_and_leaves_nothing_attached() {
     assert_eq!(bed.udp_counter("NoPorts"), no_ports + 1, "port 5300 went to the kernel");
 
     // Frames the program takes but that hold no whole datagram are dropped and counted.
-    let (server_mac, client_mac) = (
-        bed.mac(&bed.server_ns, &bed.ifname),
-        bed.mac(&bed.client_ns, &bed.ifname.replacen("sx", "cx", 1)),
-    );
     assert_eq!(bed.metric("steerdns_xdp_malformed_frames_total"), 0);
-    bed.inject(&ipv4_frame(server_mac, client_mac, 40, false)); // bad header checksum
-    bed.inject(&ipv4_frame(server_mac, client_mac, 200, true)); // longer than the frame
+    // A DNS header alone, then a bad header checksum, and an IP length past the frame.
+    let header = &a_query("www.xdp.test")[..12];
+    bed.inject(&Frame4 { good_checksum: false, ..Frame4::new(&bed, header) }.bytes());
+    bed.inject(&Frame4 { total_len: 200, ..Frame4::new(&bed, header) }.bytes());
     let deadline = Instant::now() + Duration::from_secs(5);
     while bed.metric("steerdns_xdp_malformed_frames_total") < 2 {
         assert!(Instant::now() < deadline, "malformed frames not counted");
@@ -315,7 +289,7 @@ fn xdp_answers_passes_the_rest_and_leaves_nothing_attached() {
 #[test]
 fn a_killed_server_leaves_no_program_attached() {
     let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
-    let Some(bed) = Bed::new("b") else { return };
+    let Some(bed) = Bed::new() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut server = bed.serve(dir.path());
     stop(&mut server, libc::SIGKILL);
@@ -438,7 +412,7 @@ fn dnspython_is_answered_through_xdp() {
         return;
     }
     let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
-    let Some(bed) = Bed::new("c") else { return };
+    let Some(bed) = Bed::new() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut server = bed.serve(dir.path());
     let before = bed.udp_counter("InDatagrams");
@@ -457,7 +431,7 @@ fn dnspython_is_answered_through_xdp() {
 #[test]
 fn a_second_server_falls_back_to_sockets_and_detaches_nothing() {
     let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
-    let Some(bed) = Bed::new("d") else { return };
+    let Some(bed) = Bed::new() else { return };
     let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut first = bed.serve(first_dir.path());
     // The interface already has the first server's program: the second cannot attach its
@@ -479,4 +453,80 @@ fn a_second_server_falls_back_to_sockets_and_detaches_nothing() {
     assert!(bed.has_program() && bed.answers());
     stop(&mut first, libc::SIGTERM);
     assert!(!bed.has_program());
+}
+
+/// Watches the server's interface through a packet socket for `seconds` (after printing
+/// `ready`), and prints the id of every DNS query for `name` that the kernel receives there:
+/// the frames the XDP program passed, but none it sent to the fast path.
+const SNIFF: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+s.settimeout(0.1)
+name, end = bytes.fromhex(sys.argv[2]), time.time() + float(sys.argv[3])
+print("ready", flush=True)
+while time.time() < end:
+    try:
+        frame, (_, _, kind, _, _) = s.recvfrom(65535)
+    except socket.timeout:
+        continue
+    at = frame.find(name)
+    if kind != socket.PACKET_OUTGOING and at >= 12 and frame[at - 10] & 0x80 == 0:
+        print(frame[at - 12:at - 10].hex(), flush=True)
+"#;
+
+#[test]
+fn a_vlan_tagged_query_goes_to_the_kernel() {
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bed.serve(dir.path());
+    let query = a_query("www.xdp.test");
+    let name: String = query[12..].iter().map(|b| format!("{b:02x}")).collect();
+    let mut sniffer = Command::new("ip")
+        .args(["netns", "exec", &bed.server_ns, "python3", "-c", SNIFF, &bed.server_if])
+        .args([&name, "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let mut seen = BufReader::new(sniffer.stdout.take().unwrap()).lines();
+    assert_eq!(seen.next().and_then(Result::ok).as_deref(), Some("ready"));
+    // The same query untagged (id 1111) and tagged with VLAN 7 (id 2222), to the server's
+    // address and port: the program takes the first and passes the second.
+    let with_id = |id: [u8; 2]| [&id[..], &query[2..]].concat();
+    bed.inject(&Frame4::new(&bed, &with_id([0x11, 0x11])).bytes());
+    bed.inject(&Frame4 { vlan: Some(7), ..Frame4::new(&bed, &with_id([0x22, 0x22])) }.bytes());
+    let seen: Vec<String> = seen.map_while(Result::ok).collect();
+    sniffer.wait().unwrap();
+    assert_eq!(seen, ["2222"], "only the tagged query reaches the kernel");
+    assert_eq!(bed.metric("steerdns_xdp_malformed_frames_total"), 0, "passed, not dropped");
+    stop(&mut server, libc::SIGTERM);
+}
+
+/// The harness starts its server with the test's thread switched into the server's
+/// namespace: the switch is that thread's alone (tokio's workers, which run the test's
+/// tasks, stay where they are), threads started meanwhile (the server's UDP and fast path
+/// workers) are born in it, and the thread comes back when the guard drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_switch_is_the_calling_threads_own() {
+    let Some(pair) = VethPair::new(1) else { return };
+    let netns = || std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+    let home = netns();
+    let inside = pair.enter_server();
+    let there = netns();
+    assert_ne!(there, home);
+    assert_eq!(std::thread::spawn(netns).join().unwrap(), there, "a thread started inside");
+    assert_eq!(tokio::spawn(async move { netns() }).await.unwrap(), home, "a worker");
+    drop(inside);
+    assert_eq!(netns(), home);
+}
+
+/// The wire conformance cases of UDP, each on an in-process server whose UDP queries only
+/// the fast path answers (its sockets listen on another port). Every case passes this way;
+/// none is skipped.
+mod wire {
+    use super::Via;
+    use crate::wire_tests;
+
+    wire_tests!(Via::Xdp);
 }

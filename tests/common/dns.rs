@@ -344,14 +344,15 @@ impl Harness {
     }
 
     pub async fn tcp_connect(&self) -> TcpStream {
-        timeout(TCP_WAIT, TcpStream::connect(self.addr))
+        timeout(TCP_WAIT, self.tcp_socket(self.tcp_addr).connect(self.tcp_addr))
             .await
             .expect("tcp connect timed out")
             .expect("tcp connect")
     }
 
+    /// A new UDP socket on the first client address, connected to `addr`.
     pub async fn fresh_udp(&self) -> UdpSocket {
-        let sock = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
+        let sock = self.bind_udp(self.via().client_ip(1));
         sock.connect(self.addr).await.expect("connect");
         sock
     }

@@ -14,6 +14,7 @@ pub mod fixtures;
 pub mod http;
 pub mod knot;
 pub mod named;
+pub mod netns;
 pub mod prometheus;
 pub mod replicas;
 pub mod reply;
@@ -21,6 +22,7 @@ pub mod resolver;
 pub mod running;
 pub mod server;
 pub mod tools;
+pub mod wire_cases;
 
 // Everything at `common::`, for `use common::*;` (each binary uses only part of it).
 #[allow(unused_imports)]

@@ -1,7 +1,8 @@
 //! The thread that serves one AF_XDP socket: takes a batch of frames, reads each query out
 //! of its frame, answers it with the same function as the UDP sockets, writes the reply
 //! over the query's frame and sends the batch. Like the UDP workers, it loads the snapshot
-//! once per batch and allocates nothing per packet.
+//! once per batch and allocates nothing per packet (`handle`, the work on one frame, is
+//! public so that tests can count its allocations without a socket).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,12 +13,13 @@ use rand::rngs::SmallRng;
 use tokio_util::sync::CancellationToken;
 
 use crate::frame::{self, headers_len};
+use crate::geo::rum::MeasuredLatency;
 use crate::model::Tally;
 use crate::model::snapshot::Snapshot;
 use crate::responder::{Packet, Transport};
 use crate::wire::cookie::unix_now;
 
-use super::super::dnstap::{Exchange, Time, UdpLog};
+use super::super::dnstap::{Exchange, Time, UdpLog, UdpTap};
 use super::super::rrl::Limiter;
 use super::super::rum::Rum;
 use super::super::udp::answer;
@@ -45,13 +47,11 @@ pub struct Shared {
 
 /// Serves `xsk` until `cancel` fires. Blocking: run it on its own thread.
 pub fn serve(mut xsk: Xsk, shared: Shared, mut log: UdpLog, cancel: CancellationToken) {
-    let mut rng = SmallRng::from_os_rng();
-    let mut tally = Tally::default();
+    let mut state = State::new(SmallRng::from_os_rng());
     let mut descs = [libc::xdp_desc { addr: 0, len: 0, options: 0 }; BATCH];
     let mut replies = [libc::xdp_desc { addr: 0, len: 0, options: 0 }; BATCH];
     let mut unanswered = [0u64; BATCH];
     let mut scratch = [0u64; BATCH];
-    let mut out = Vec::with_capacity(FRAME_SIZE);
     while !cancel.is_cancelled() {
         // Sent frames go back to the fill ring first, so the kernel can receive into them.
         while xsk.reclaim(&mut scratch) == BATCH {}
@@ -66,59 +66,117 @@ pub fn serve(mut xsk: Xsk, shared: Shared, mut log: UdpLog, cancel: Cancellation
         }
         let snap = shared.snapshot.load();
         let measured = shared.rum.as_ref().map(|r| r.published().load());
-        let now = unix_now();
+        let batch = Batch {
+            snap: &snap,
+            measured: measured.as_deref().map(|m| &**m),
+            limiter: &shared.limiter,
+            now: unix_now(),
+        };
         let mut tap = log.current();
         let (mut sent, mut dropped) = (0, 0);
         for d in &descs[..n] {
             let frame = xsk.frame(d.addr);
-            let len = (d.len as usize).min(frame.len());
-            let query = match frame::parse(&frame[..len]) {
-                Ok(q) => q,
-                Err(_) => {
+            match handle(frame, d.len as usize, &batch, &mut state, tap.as_deref_mut()) {
+                Handled::Reply(len) => {
+                    replies[sent] = libc::xdp_desc { addr: d.addr, len: len as u32, options: 0 };
+                    sent += 1;
+                }
+                Handled::Unanswered => {
+                    unanswered[dropped] = d.addr;
+                    dropped += 1;
+                }
+                Handled::Malformed => {
                     shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     unanswered[dropped] = d.addr;
                     dropped += 1;
-                    continue;
                 }
-            };
-            let sampled = tap.as_ref().is_some_and(|t| t.sampled(&mut rng));
-            let query_time = if sampled { Time::now() } else { Time::default() };
-            let packet = Packet {
-                bytes: query.payload,
-                src: query.src.ip(),
-                transport: Transport::Udp,
-                now,
-                measured: measured.as_deref().map(|m| &**m),
-            };
-            let answered = answer(&snap, packet, &shared.limiter, &mut rng, &mut tally, &mut out);
-            let start = headers_len(&query.src);
-            if sampled && let Some(tap) = &mut tap {
-                tap.offer(&Exchange {
-                    transport: Transport::Udp,
-                    client: query.src,
-                    server: query.dst,
-                    query: query.payload,
-                    query_time,
-                    response: answered.then(|| (&out[..], Time::now())),
-                });
             }
-            if !answered || start + out.len() > frame.len() {
-                unanswered[dropped] = d.addr;
-                dropped += 1;
-                continue;
-            }
-            // The query's addressing is read before its bytes are overwritten.
-            let query = frame::Datagram { payload: &[], ..query };
-            frame[start..start + out.len()].copy_from_slice(&out);
-            let len = frame::write_reply(&query, out.len(), frame);
-            replies[sent] = libc::xdp_desc { addr: d.addr, len: len as u32, options: 0 };
-            sent += 1;
         }
-        tally.flush(&snap.counters);
+        state.tally.flush(&snap.counters);
         xsk.send(&replies[..sent]);
         xsk.recycle(&unanswered[..dropped]);
         if let Some(tap) = &mut tap {
             tap.flush();
         }
     }
+}
+
+/// What a worker keeps from frame to frame: the random source of routing and of the query
+/// log's sampling, the counts it adds up over a batch, and the buffer replies are written
+/// into before they are copied over their query's frame.
+pub struct State {
+    pub rng: SmallRng,
+    /// Flushed into the snapshot's counters once per batch.
+    pub tally: Tally,
+    out: Vec<u8>,
+}
+
+impl State {
+    pub fn new(rng: SmallRng) -> State {
+        State { rng, tally: Tally::default(), out: Vec::with_capacity(FRAME_SIZE) }
+    }
+}
+
+/// What the frames of one batch are answered from, loaded once per batch.
+pub struct Batch<'a> {
+    pub snap: &'a Snapshot,
+    pub measured: Option<&'a MeasuredLatency>,
+    pub limiter: &'a Limiter,
+    /// Unix seconds, for cookies and rate limiting.
+    pub now: u32,
+}
+
+/// What became of one frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// The frame now holds the reply, this many bytes long: send it.
+    Reply(usize),
+    /// No reply (a response, a dropped answer, or one too big for the frame).
+    Unanswered,
+    /// Not a whole UDP datagram: count it.
+    Malformed,
+}
+
+/// The fast path's work on one frame, whose first `len` bytes arrived: reads the query out
+/// of it, answers it with the same function as the UDP sockets, hands the exchange to
+/// `tap` when the tap samples it, and writes the reply over the frame, headers swapped.
+/// Allocates nothing.
+pub fn handle(
+    frame: &mut [u8],
+    len: usize,
+    batch: &Batch<'_>,
+    state: &mut State,
+    tap: Option<&mut UdpTap>,
+) -> Handled {
+    let len = len.min(frame.len());
+    let Ok(query) = frame::parse(&frame[..len]) else { return Handled::Malformed };
+    let sampled = tap.as_ref().is_some_and(|t| t.sampled(&mut state.rng));
+    let query_time = if sampled { Time::now() } else { Time::default() };
+    let packet = Packet {
+        bytes: query.payload,
+        src: query.src.ip(),
+        transport: Transport::Udp,
+        now: batch.now,
+        measured: batch.measured,
+    };
+    let out = &mut state.out;
+    let answered = answer(batch.snap, packet, batch.limiter, &mut state.rng, &mut state.tally, out);
+    if sampled && let Some(tap) = tap {
+        tap.offer(&Exchange {
+            transport: Transport::Udp,
+            client: query.src,
+            server: query.dst,
+            query: query.payload,
+            query_time,
+            response: answered.then(|| (&out[..], Time::now())),
+        });
+    }
+    let start = headers_len(&query.src);
+    if !answered || start + out.len() > frame.len() {
+        return Handled::Unanswered;
+    }
+    // The query's addressing is read before its bytes are overwritten.
+    let query = frame::Datagram { payload: &[], ..query };
+    frame[start..start + out.len()].copy_from_slice(&out[..]);
+    Handled::Reply(frame::write_reply(&query, out.len(), frame))
 }
