@@ -108,6 +108,21 @@ impl Cluster {
         self.backends[backend].fail_for(&ips);
     }
 
+    /// From every monitor up, makes node-0 see `m1` failing and node-1 `m2` (node-2
+    /// neither), and waits until each replica shows those results as its own.
+    async fn split_failures(&self) {
+        // Every monitor up first (a new endpoint is served while still checking), so that
+        // each view's reason is that of the failures below.
+        self.wait_views(&ALL, &UP).await;
+        self.wait_answers(&ALL, MAIN).await;
+        self.fail_on(0, &[0]);
+        self.fail_on(1, &[1]);
+        // Each replica's monitors are its own results, not agreed ones.
+        self.wait_monitors(0, &[("m1", "degraded"), ("m2", "online")]).await;
+        self.wait_monitors(1, &[("m1", "online"), ("m2", "degraded")]).await;
+        self.wait_monitors(2, &[("m1", "online"), ("m2", "online")]).await;
+    }
+
     /// Waits until replica `i` shows `main`'s monitors with these (name, status), in order.
     async fn wait_monitors(&self, i: usize, want: &[(&str, &str)]) {
         let r = &self.replicas[i];
@@ -368,16 +383,7 @@ async fn without_etcd_each_replica_goes_by_its_own_probes() {
 async fn each_replica_combines_its_monitors_before_the_quorum() {
     let _heavy = one_heavy_test_at_a_time().await;
     let Some(c) = Cluster::start_two_monitors("majority", "all").await else { return };
-    // Every monitor up first (a new endpoint is served while still checking), so that each
-    // view's reason is that of the failures below.
-    c.wait_views(&ALL, &UP).await;
-    c.wait_answers(&ALL, MAIN).await;
-    c.fail_on(0, &[0]);
-    c.fail_on(1, &[1]);
-    // Each replica's monitors are its own results, not agreed ones.
-    c.wait_monitors(0, &[("m1", "degraded"), ("m2", "online")]).await;
-    c.wait_monitors(1, &[("m1", "online"), ("m2", "degraded")]).await;
-    c.wait_monitors(2, &[("m1", "online"), ("m2", "online")]).await;
+    c.split_failures().await;
     let seen = [("node-0", "degraded"), ("node-1", "degraded"), ("node-2", "online")];
     c.wait_views(&ALL, &seen).await;
     let failing = "2 of 3 vantage points failing (quorum majority): \
@@ -416,12 +422,7 @@ async fn each_replica_combines_its_monitors_before_the_quorum() {
 async fn rule_any_on_each_replica_keeps_one_failing_monitor_online() {
     let _heavy = one_heavy_test_at_a_time().await;
     let Some(c) = Cluster::start_two_monitors("majority", "any").await else { return };
-    c.wait_views(&ALL, &UP).await;
-    c.wait_answers(&ALL, MAIN).await;
-    c.fail_on(0, &[0]);
-    c.fail_on(1, &[1]);
-    c.wait_monitors(0, &[("m1", "degraded"), ("m2", "online")]).await;
-    c.wait_monitors(1, &[("m1", "online"), ("m2", "degraded")]).await;
+    c.split_failures().await;
     c.wait_views(&ALL, &UP).await;
     c.wait_endpoint(&ALL, "online by 3 of 3 combined views", MAIN, |ep| {
         ep["status"] == "online" && ep["verdict"]["reason"] == "3 of 3 vantage points online"

@@ -11,12 +11,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use common::replicas::as_alice as api;
 use common::*;
 use serde_json::{Value, json};
 
 const PROFILES: &str = OVERRIDE_PROFILES;
-
-const ALICE: &str = "alice-t0ken-for-tests";
 
 /// Longest wait for a change to reach another replica.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -24,18 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(15);
 /// Starts replica `i` in `dir` with the test profiles, the named token `alice` for its
 /// admin API, and `extra` (top-level YAML).
 async fn replica(dir: &Path, i: usize, etcd: &str, prefix: &str, extra: &str) -> Replica {
-    let tokens = "admin:\n  tokens:\n    - { name: alice, file: alice.token }\n";
-    let (yaml, dns, admin) = replica_yaml(i, etcd, prefix, &format!("{tokens}{extra}"));
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), PROFILES).unwrap();
-    std::fs::write(dir.join("alice.token"), format!("{ALICE}\n")).unwrap();
-    Replica::start(dir, i, &yaml, dns, admin).await
-}
-
-/// One admin call with alice's token (and a body, for PUT).
-async fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> Http {
-    let auth = format!("Bearer {ALICE}");
-    http_with_body(admin, method, path, &[("Authorization", &auth)], body.as_bytes()).await
+    Replica::with_alice(dir, i, etcd, prefix, PROFILES, extra).await
 }
 
 /// An override call that must succeed; returns its JSON answer.

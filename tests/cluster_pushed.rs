@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use common::replicas::as_alice as api;
 use common::*;
 use serde_json::{Value, json};
 
@@ -31,25 +32,12 @@ endpoints:
   - { name: b, target: 192.0.2.6, always_serve: true }
 ";
 
-const ALICE: &str = "alice-t0ken-for-tests";
-
 /// Longest wait for a change to reach another replica.
 const PATIENCE: Duration = Duration::from_secs(15);
 
 /// Starts replica `i` in `dir` with `profiles` and the named token `alice`.
 async fn replica(dir: &Path, i: usize, etcd: &str, prefix: &str, profiles: &str) -> Replica {
-    let tokens = "admin:\n  tokens:\n    - { name: alice, file: alice.token }\n";
-    let (yaml, dns, admin) = replica_yaml(i, etcd, prefix, tokens);
-    std::fs::create_dir_all(dir.join("profiles")).unwrap();
-    std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
-    std::fs::write(dir.join("alice.token"), format!("{ALICE}\n")).unwrap();
-    Replica::start(dir, i, &yaml, dns, admin).await
-}
-
-/// One admin call with alice's token.
-async fn api(admin: SocketAddr, method: &str, path: &str, body: &str) -> Http {
-    let auth = format!("Bearer {ALICE}");
-    http_with_body(admin, method, path, &[("Authorization", &auth)], body.as_bytes()).await
+    Replica::with_alice(dir, i, etcd, prefix, profiles, "").await
 }
 
 /// The path of endpoint `ep`'s pushed health in profile `p`.

@@ -405,6 +405,21 @@ impl EndpointHealth {
     }
 }
 
+#[cfg(test)]
+impl<'a> Spec<'a> {
+    /// Endpoint `p./e` (target 192.0.2.1) at slot 0 with `monitors` under `rule`, for tests.
+    pub fn test(rule: MonitorRule, monitors: &'a [Monitor]) -> Spec<'a> {
+        Spec {
+            profile: "p.".into(),
+            endpoint: "e".into(),
+            target: "192.0.2.1".into(),
+            slot: 0,
+            rule,
+            monitors,
+        }
+    }
+}
+
 /// The status of an endpoint `p./e` at slot 0 of `table` with `monitor` alone, for tests.
 #[cfg(test)]
 pub fn alone(
@@ -412,15 +427,7 @@ pub fn alone(
     table: Arc<HealthTable>,
     events: Arc<Events>,
 ) -> Arc<EndpointHealth> {
-    let monitors = std::slice::from_ref(monitor);
-    let spec = Spec {
-        profile: "p.".into(),
-        endpoint: "e".into(),
-        target: "192.0.2.1".into(),
-        slot: 0,
-        rule: MonitorRule::All,
-        monitors,
-    };
+    let spec = Spec::test(MonitorRule::All, std::slice::from_ref(monitor));
     Arc::new(EndpointHealth::new(spec, table, events, Arc::default(), None, None))
 }
 
@@ -514,14 +521,7 @@ mod tests {
         let events = Arc::new(Events::default());
         let external = Arc::new(External::default());
         let monitors = [monitor("web", Protocol::Http, 80), monitor("db", Protocol::Tcp, 5432)];
-        let spec = Spec {
-            profile: "p.".into(),
-            endpoint: "e".into(),
-            target: "192.0.2.1".into(),
-            slot: 0,
-            rule: MonitorRule::All,
-            monitors: &monitors,
-        };
+        let spec = Spec::test(MonitorRule::All, &monitors);
         let consensus = fixed.clone() as Arc<dyn Consensus>;
         let endpoint = Arc::new(EndpointHealth::new(
             spec,
@@ -611,14 +611,7 @@ mod tests {
         let table = Arc::new(HealthTable::new([Status::Checking]));
         let events = Arc::new(Events::default());
         let monitors = [monitor("web", Protocol::Http, 80), monitor("db", Protocol::Tcp, 5432)];
-        let spec = Spec {
-            profile: "p.".into(),
-            endpoint: "e".into(),
-            target: "192.0.2.1".into(),
-            slot: 0,
-            rule: MonitorRule::Any,
-            monitors: &monitors,
-        };
+        let spec = Spec::test(MonitorRule::Any, &monitors);
         let endpoint =
             Arc::new(EndpointHealth::new(spec, table.clone(), events, Arc::default(), None, None));
         assert!(endpoint.key().is_none());

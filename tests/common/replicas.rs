@@ -133,7 +133,40 @@ pub fn pushed_revision(out: &str) -> i64 {
     number.unwrap_or_else(|| panic!("no revision in:\n{out}")).parse().unwrap()
 }
 
+/// The admin token of the named token `alice` that `Replica::with_alice` configures.
+pub const ALICE: &str = "alice-t0ken-for-tests";
+
+/// One admin call with alice's token (and a body, for PUT).
+pub async fn as_alice(
+    admin: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> super::http::Http {
+    let auth = format!("Bearer {ALICE}");
+    super::http::http_with_body(admin, method, path, &[("Authorization", &auth)], body.as_bytes())
+        .await
+}
+
 impl Replica {
+    /// Starts replica `i` in `dir` with `profiles` as its profile file, the named admin
+    /// token `alice` (`ALICE`) and `extra` (top-level YAML).
+    pub async fn with_alice(
+        dir: &Path,
+        i: usize,
+        etcd: &str,
+        prefix: &str,
+        profiles: &str,
+        extra: &str,
+    ) -> Replica {
+        let tokens = "admin:\n  tokens:\n    - { name: alice, file: alice.token }\n";
+        let (yaml, dns, admin) = replica_yaml(i, etcd, prefix, &format!("{tokens}{extra}"));
+        std::fs::create_dir_all(dir.join("profiles")).unwrap();
+        std::fs::write(dir.join("profiles/p.yaml"), profiles).unwrap();
+        std::fs::write(dir.join("alice.token"), format!("{ALICE}\n")).unwrap();
+        Replica::start(dir, i, &yaml, dns, admin).await
+    }
+
     /// Writes `yaml` (from `replica_yaml`) and the test zone file into `dir` and starts
     /// `steerdns serve` there, without waiting.
     pub fn spawn(dir: &Path, i: usize, yaml: &str, dns: SocketAddr, admin: SocketAddr) -> Replica {
