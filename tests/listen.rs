@@ -1,9 +1,14 @@
 //! Listener addresses: IPv4 and IPv6 listeners serve, an address this host does not have is
 //! skipped with a warning when another listener is up, and is an error when it is the only one;
-//! `listen.udp_threads` sets the UDP sockets (and threads) per address.
+//! `listen.udp_threads` sets the UDP sockets (and threads) per address, and
+//! `listen.udp_receive_buffer` the size of each one's receive buffer.
+
+mod common;
 
 use std::path::Path;
 
+use common::daemon::free_port;
+use common::tools::{require_tool, tools_required};
 use steerdns::server::{Server, ServerError};
 
 fn config(dir: &Path, listen: &str) -> std::path::PathBuf {
@@ -95,4 +100,120 @@ async fn udp_threads_sets_the_sockets_and_threads_per_address_and_is_at_least_on
         errors.contains("steerdns.yaml:3:16: listen.udp_threads must be between 1 and 1024, got 0"),
         "{errors}"
     );
+}
+
+/// The receive buffers of the UDP sockets bound to `port`, as `ss` (iproute2) reads them
+/// from the kernel: `rb`, twice the size asked for (Linux doubles it for bookkeeping).
+fn receive_buffers(ss: &Path, port: u16) -> Vec<u64> {
+    let out = std::process::Command::new(ss)
+        .args(["-H", "-u", "-a", "-n", "-m"])
+        .arg(format!("sport = :{port}"))
+        .output()
+        .expect("run ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split(",rb")
+        .skip(1)
+        .map(|t| t.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn rmem_max() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap().trim().parse().unwrap()
+}
+
+/// Twice `net.core.rmem_max` (at least 1 MiB), so that only SO_RCVBUFFORCE can give it;
+/// `None` when that is past the largest size the configuration takes.
+fn past_rmem_max() -> Option<u64> {
+    Some((2 * rmem_max()).max(1 << 20)).filter(|&b| b <= 256 << 20)
+}
+
+/// Root (CAP_NET_ADMIN) in CI; elsewhere the test says it skips.
+fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        assert!(
+            !tools_required(),
+            "setting a receive buffer past rmem_max needs root: CI runs as root"
+        );
+        eprintln!("skipping: setting a receive buffer past net.core.rmem_max needs root");
+    }
+    root
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_receive_buffer_is_set_past_rmem_max_with_cap_net_admin() {
+    let Some(ss) = require_tool("ss", "iproute2") else { return };
+    let Some(asked) = past_rmem_max() else {
+        eprintln!("skipping: net.core.rmem_max is past the largest receive buffer");
+        return;
+    };
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let more = format!("  udp_threads: 2\n  udp_receive_buffer: {asked}\n");
+    let server = Server::start(&config_with(dir.path(), "\"127.0.0.1:0\"", &more)).await.unwrap();
+    let port = server.dns_addrs()[0].port();
+    assert_eq!(receive_buffers(&ss, port), [2 * asked; 2], "rmem_max {}", rmem_max());
+    server.shutdown().await;
+
+    // Without the key: 4 MiB, whatever rmem_max is.
+    let path = config_with(dir.path(), "\"127.0.0.1:0\"", "  udp_threads: 1\n");
+    let server = Server::start(&path).await.unwrap();
+    assert_eq!(receive_buffers(&ss, server.dns_addrs()[0].port()), [2 * (4 << 20)]);
+    server.shutdown().await;
+
+    let small = config_with(dir.path(), "\"127.0.0.1:0\"", "  udp_receive_buffer: 1KiB\n");
+    let errors = steerdns::config::load(&small, None).unwrap_err().to_string();
+    assert!(
+        errors.contains(
+            "steerdns.yaml:3:23: listen.udp_receive_buffer must be between 64KiB and 256MiB, got 1024 bytes"
+        ),
+        "{errors}"
+    );
+}
+
+/// Without CAP_NET_ADMIN (dropped from the bounding set with util-linux's `setpriv`) the
+/// kernel caps the buffer at rmem_max, and the server says so.
+#[test]
+fn udp_receive_buffer_capped_by_rmem_max_without_cap_net_admin_is_a_warning() {
+    let (Some(ss), Some(setpriv)) =
+        (require_tool("ss", "iproute2"), require_tool("setpriv", "util-linux"))
+    else {
+        return;
+    };
+    let Some(asked) = past_rmem_max() else {
+        eprintln!("skipping: net.core.rmem_max is past the largest receive buffer");
+        return;
+    };
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_port(std::net::Ipv4Addr::LOCALHOST);
+    let more = format!("  udp_threads: 1\n  udp_receive_buffer: {asked}\n");
+    let path = config_with(dir.path(), &format!("\"{addr}\""), &more);
+    let log = dir.path().join("stderr.txt");
+    let mut child = std::process::Command::new(setpriv)
+        .args(["--bounding-set=-net_admin", "--"])
+        .arg(env!("CARGO_BIN_EXE_steerdns"))
+        .args(["serve", "-c"])
+        .arg(&path)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("listening (udp, tcp)") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let buffers = receive_buffers(&ss, addr.port());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(buffers, [2 * rmem_max()], "{text}");
+    assert!(text.contains("UDP receive buffer capped by net.core.rmem_max"), "{text}");
 }

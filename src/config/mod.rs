@@ -572,6 +572,15 @@ fn listen(sink: &mut Sink<'_>, raw: &RawServer) -> Listen {
         .udp_threads
         .as_ref()
         .and_then(|n| check::int_in(sink, n, 1, MAX_UDP_THREADS, "listen.udp_threads"));
+    out.udp_receive_buffer = l.udp_receive_buffer.as_ref().and_then(|v| {
+        let key = "listen.udp_receive_buffer";
+        let bytes = check::size(sink, v, key)?;
+        if (MIN_UDP_RECEIVE_BUFFER..=MAX_UDP_RECEIVE_BUFFER).contains(&bytes) {
+            return usize::try_from(bytes).ok();
+        }
+        sink.on(v, format!("{key} must be between 64KiB and 256MiB, got {bytes} bytes"));
+        None
+    });
     out.tcp = tcp_limits(sink, l);
     out.xdp = l.xdp.as_ref().and_then(|x| xdp::listen(sink, &x.value));
     out
@@ -621,6 +630,11 @@ fn tcp_limits(sink: &mut Sink<'_>, l: &RawListen) -> TcpLimits {
 /// More UDP threads than this only adds wakeups: the kernel spreads clients over the
 /// sockets, and each thread needs a core to be worth having.
 const MAX_UDP_THREADS: i64 = 1024;
+
+/// Below this a UDP receive buffer holds too few queries to absorb any burst; above, it
+/// only pins memory (the kernel charges it per socket, and there is one per thread).
+const MIN_UDP_RECEIVE_BUFFER: u64 = 64 << 10;
+const MAX_UDP_RECEIVE_BUFFER: u64 = 256 << 20;
 
 /// The name of the `admin.token_file` token.
 pub const TOKEN_FILE_NAME: &str = "admin";

@@ -286,6 +286,10 @@ pub struct RawListen {
     /// UDP sockets, each with its own thread, per DNS address: 1..1024 (default one per
     /// core).
     pub udp_threads: Option<Loc<Int>>,
+    /// Receive buffer of each UDP socket, which absorbs bursts of queries: 64KiB..256MiB
+    /// (default 4MiB). Set past `net.core.rmem_max` where the server has CAP_NET_ADMIN;
+    /// otherwise capped by it, with a warning.
+    pub udp_receive_buffer: Option<Loc<SizeText>>,
     /// DNS TCP connections open at once over every address: 1..1000000 (default 1024;
     /// capped by the open-file limit). A full table evicts the connection idle longest.
     pub tcp_max_connections: Option<Loc<Int>>,

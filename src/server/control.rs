@@ -30,6 +30,7 @@ use crate::config::{
     self, ConfigErrors, Dropped, Loaded, Overrides, Previous, ProfileSource, ReloadCache,
 };
 use crate::model::events::Events;
+use crate::model::snapshot::DEFAULT_UDP_RECEIVE_BUFFER;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use crate::wire::name::WireName;
@@ -603,6 +604,9 @@ fn restart_keys(running: &Listen, configured: &Listen) -> Vec<&'static str> {
     if running.udp_threads != configured.udp_threads {
         keys.push("listen.udp_threads");
     }
+    if running.udp_receive_buffer != configured.udp_receive_buffer {
+        keys.push("listen.udp_receive_buffer");
+    }
     if running.admin_limits.max_connections != configured.admin_limits.max_connections {
         keys.push("admin.max_connections");
     }
@@ -628,6 +632,9 @@ fn restart_values(key: &str, running: &Listen, configured: &Listen) -> (String, 
         "listen.dns" => l.dns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
         "listen.admin" => addr(l.admin),
         "listen.udp_threads" => l.udp_threads.map_or("one per core".into(), |n| n.to_string()),
+        "listen.udp_receive_buffer" => {
+            format!("{} bytes", l.udp_receive_buffer.unwrap_or(DEFAULT_UDP_RECEIVE_BUFFER))
+        }
         "admin.max_connections" => l.admin_limits.max_connections.to_string(),
         "admin.header_read_timeout" => {
             humantime::format_duration(l.admin_limits.header_read_timeout).to_string()

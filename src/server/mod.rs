@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ConfigErrors};
 use crate::model::events::Events;
+use crate::model::snapshot::DEFAULT_UDP_RECEIVE_BUFFER;
 use crate::model::{Listen, Snapshot};
 use crate::probe::Prober;
 use conns::Conns;
@@ -386,18 +387,23 @@ impl Server {
         let bind_err = |addr, source| ServerError::Bind { addr, source };
         let cores = || std::thread::available_parallelism().map_or(2, |n| n.get());
         let workers = listen.udp_threads.unwrap_or_else(cores);
+        let receive_buffer = listen.udp_receive_buffer.unwrap_or(DEFAULT_UDP_RECEIVE_BUFFER);
         let mut attempt = 0;
         let (tcp, udp) = loop {
             let tcp = tcp::bind(addr).map_err(|e| bind_err(addr, e))?;
             let actual = tcp.local_addr().map_err(|e| bind_err(addr, e))?;
-            match udp::bind(actual, workers) {
+            match udp::bind(actual, workers, receive_buffer) {
                 Ok(udp) => break (tcp, udp),
                 // Port 0: the kernel's free TCP port may be taken for UDP; try another.
                 Err(_) if addr.port() == 0 && attempt < 20 => attempt += 1,
                 Err(e) => return Err(bind_err(actual, e)),
             }
         };
+        let udp::Bound { sockets: udp, receive_buffer: buffer } = udp;
         let actual = udp::local_addr(&udp[0]).map_err(|e| bind_err(addr, e))?;
+        if buffer.capped() {
+            tracing::warn!(%actual, asked = buffer.asked, got = buffer.got, "UDP receive buffer capped by net.core.rmem_max: raise it, or run with CAP_NET_ADMIN, to absorb bursts");
+        }
         for (i, sock) in udp.into_iter().enumerate() {
             let (shared, cancel) = (self.control.shared.clone(), self.cancel.clone());
             let limiter = self.control.limiter.clone();
@@ -413,7 +419,7 @@ impl Server {
         let log = self.control.dnstap.clone();
         let rum = self.control.rum.get().cloned();
         self.tasks.spawn(tcp::serve(tcp, shared, rum, conns.clone(), listen.tcp, log, cancel));
-        tracing::info!(%actual, "listening (udp, tcp)");
+        tracing::info!(%actual, receive_buffer = buffer.got, "listening (udp, tcp)");
         self.dns_addrs.push(actual);
         Ok(())
     }

@@ -35,23 +35,76 @@ const MAX_QUERY: usize = 4096;
 /// How often an idle worker checks for shutdown.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Binds `count` sockets sharing `addr` (SO_REUSEPORT) so the kernel spreads packets.
-pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<UdpSocket>> {
-    (0..count.max(1))
+/// Binds `count` sockets sharing `addr` (SO_REUSEPORT) so the kernel spreads packets,
+/// each with a receive buffer of `receive_buffer` bytes.
+pub fn bind(addr: SocketAddr, count: usize, receive_buffer: usize) -> io::Result<Bound> {
+    let mut got = None;
+    let sockets = (0..count.max(1))
         .map(|_| {
             let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
             if addr.is_ipv6() {
                 s.set_only_v6(true)?;
             }
             s.set_reuse_port(true)?;
-            // A larger buffer absorbs bursts; failure to enlarge it is harmless.
-            let _ = s.set_recv_buffer_size(4 << 20);
+            let buffer = set_receive_buffer(&s, receive_buffer)?;
+            got.get_or_insert(buffer);
             let _ = never_fragment(&s, addr);
             s.set_read_timeout(Some(POLL))?;
             s.bind(&addr.into())?;
             Ok(s.into())
         })
-        .collect()
+        .collect::<io::Result<Vec<_>>>()?;
+    let receive_buffer =
+        got.unwrap_or(ReceiveBuffer { asked: receive_buffer, got: 0, forced: false });
+    Ok(Bound { sockets, receive_buffer })
+}
+
+/// The sockets `bind` made for one address.
+pub struct Bound {
+    pub sockets: Vec<UdpSocket>,
+    /// What the first socket's receive buffer came out as (all are set alike).
+    pub receive_buffer: ReceiveBuffer,
+}
+
+/// What a socket's receive buffer came out as, against what was asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveBuffer {
+    pub asked: usize,
+    /// What the kernel allots, halved: Linux doubles the size asked for its own
+    /// bookkeeping, and reports the doubled value.
+    pub got: usize,
+    /// Set with SO_RCVBUFFORCE (the process has CAP_NET_ADMIN), which `net.core.rmem_max`
+    /// does not cap; otherwise with SO_RCVBUF, which it does.
+    pub forced: bool,
+}
+
+impl ReceiveBuffer {
+    /// `net.core.rmem_max` cut the buffer short of what was asked.
+    pub fn capped(&self) -> bool {
+        self.got < self.asked
+    }
+}
+
+/// The buffer absorbs bursts that arrive while the socket's thread is busy or descheduled:
+/// too small, and a burst is dropped even when the thread keeps up on average.
+fn set_receive_buffer(s: &Socket, bytes: usize) -> io::Result<ReceiveBuffer> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket and a pointer to an int of the given length.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const value).cast(),
+            len,
+        )
+    };
+    let forced = rc == 0;
+    if !forced {
+        s.set_recv_buffer_size(bytes)?;
+    }
+    Ok(ReceiveBuffer { asked: bytes, got: s.recv_buffer_size()? / 2, forced })
 }
 
 /// Replies leave with DF set and are never fragmented here, as RFC 9715 asks of DNS
@@ -396,10 +449,10 @@ mod tests {
 
     #[test]
     fn replies_are_sent_unfragmented_on_both_families() {
-        let v4 = bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let v4 = bind("127.0.0.1:0".parse().unwrap(), 1, 1 << 20).unwrap().sockets;
         let v4 = mtu_discover(&v4[0], libc::IPPROTO_IP, libc::IP_MTU_DISCOVER);
         assert_eq!(v4, libc::IP_PMTUDISC_PROBE);
-        let Ok(v6) = bind("[::1]:0".parse().unwrap(), 1) else {
+        let Ok(Bound { sockets: v6, .. }) = bind("[::1]:0".parse().unwrap(), 1, 1 << 20) else {
             return; // no IPv6 loopback on this machine
         };
         let v6 = mtu_discover(&v6[0], libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER);
