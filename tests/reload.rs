@@ -10,10 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
@@ -813,32 +813,15 @@ impl Binary {
         };
         let yaml = yaml.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_steerdns"));
-        if json {
-            cmd.args(["--log-format", "json"]);
-        }
-        let mut child = cmd
-            .args(["serve", "-c"])
-            .arg(dir.join("steerdns.yaml"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn steerdns");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
         let raw_ansi = Arc::new(AtomicU64::new(0));
-        let (lines, ansi) = (stderr.clone(), raw_ansi.clone());
-        let pipe = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for l in BufReader::new(pipe).lines() {
-                let Ok(l) = l else { break };
+        let ansi = raw_ansi.clone();
+        let Served { child, stderr, reader } =
+            serve_collecting_stderr(&dir.join("steerdns.yaml"), json, move |l| {
                 if l.contains('\u{1b}') {
                     ansi.fetch_add(1, Ordering::Relaxed);
                 }
-                lines.lock().unwrap().push(strip_ansi(&l));
-            }
-        });
+                strip_ansi(&l)
+            });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         Binary { child, addr, admin, stderr, raw_ansi, reader: Some(reader) }
     }
