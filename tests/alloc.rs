@@ -27,6 +27,10 @@ use steerdns::server::dnstap::{Exchange, Tap, Time};
 mod measured;
 use measured::measured_table;
 
+#[path = "common/frames.rs"]
+mod frames;
+use frames::UdpFrame;
+
 struct Counting;
 
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
@@ -186,12 +190,13 @@ fn responder_allocates_nothing_per_query() {
     let overridden = steerdns::config::rebuild(loaded.previous(), &overrides);
     assert!(overridden.dropped.is_empty(), "{:?}", overridden.dropped);
     for snap in [&loaded.snapshot, &overridden.snapshot] {
-        allocates_nothing(snap);
+        allocates_nothing(snap, &queries());
     }
 }
 
-fn allocates_nothing(snap: &Snapshot) {
-    let queries = queries();
+/// Asserts that `snap` answers every one of `queries`, and then all of them a thousand
+/// times over without an allocation.
+fn allocates_nothing(snap: &Snapshot, queries: &[Vec<u8>]) {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let mut out = Vec::with_capacity(1500);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
@@ -201,13 +206,13 @@ fn allocates_nothing(snap: &Snapshot) {
         respond(snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
     };
     // Warm up: the output buffer reaches its working size.
-    for q in &queries {
+    for q in queries {
         assert!(ask(q));
     }
     let before = ALLOCS.load(Ordering::Relaxed);
     assert!(before > 0, "the counting allocator is in use");
     for _ in 0..1000 {
-        for q in &queries {
+        for q in queries {
             ask(q);
         }
     }
@@ -721,25 +726,7 @@ endpoints:
             queries.push(query(name, RecordType::A, Some(c)));
         }
     }
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-    let mut out = Vec::with_capacity(1500);
-    let src: IpAddr = "127.0.0.1".parse().unwrap();
-    let mut ask = |q: &[u8]| {
-        let packet =
-            Packet { bytes: q, src, transport: Transport::Udp, now: 1_800_000_000, measured: None };
-        respond(&snap, &*snap.health, packet, &mut rng, &mut out, None).is_some()
-    };
-    for q in &queries {
-        assert!(ask(q));
-    }
-    let before = ALLOCS.load(Ordering::Relaxed);
-    for _ in 0..1000 {
-        for q in &queries {
-            ask(q);
-        }
-    }
-    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
-    assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
+    allocates_nothing(&snap, &queries);
 }
 
 /// Flattened answers, at the apex and below it, fresh and stale: the addresses are read
@@ -812,43 +799,6 @@ endpoints:
     assert_eq!(allocs, 0, "{allocs} allocations in {} queries", 1000 * queries.len());
 }
 
-/// A UDP query frame from `src` to port 53 of `dst` (same family) carrying `dns`, built
-/// byte by byte: Ethernet, IPv4 with its header checksum or IPv6, UDP without a checksum.
-fn query_frame(src: IpAddr, dst: IpAddr, dns: &[u8]) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-    let udp_len = (8 + dns.len()) as u16;
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            f.extend_from_slice(&[0x08, 0x00]);
-            let mut ip = vec![0x45, 0];
-            ip.extend_from_slice(&(20 + udp_len).to_be_bytes());
-            ip.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0]);
-            ip.extend_from_slice(&s.octets());
-            ip.extend_from_slice(&d.octets());
-            let mut sum: u32 =
-                ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-            while sum >> 16 != 0 {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-            f.extend_from_slice(&ip);
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
-            f.extend_from_slice(&udp_len.to_be_bytes());
-            f.extend_from_slice(&[17, 64]);
-            f.extend_from_slice(&s.octets());
-            f.extend_from_slice(&d.octets());
-        }
-        _ => panic!("one family"),
-    }
-    f.extend_from_slice(&[0x9c, 0x40, 0, 53]);
-    f.extend_from_slice(&udp_len.to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(dns);
-    f
-}
-
 #[test]
 fn the_xdp_fast_path_allocates_nothing_per_frame() {
     use steerdns::model::snapshot::RateLimit;
@@ -871,10 +821,15 @@ fn the_xdp_fast_path_allocates_nothing_per_frame() {
     let mut state = State::new(rand::rngs::SmallRng::seed_from_u64(1));
     let (v4, v6): (IpAddr, IpAddr) =
         ("198.18.0.1".parse().unwrap(), "2001:db8:5::1".parse().unwrap());
+    // A query from port 40000 of `src` to port 53 of `dst`.
+    let query_frame = |src: String, dst: IpAddr, q: &[u8]| {
+        let src = SocketAddr::new(src.parse().unwrap(), 40000);
+        UdpFrame::new(src, SocketAddr::new(dst, 53), q).bytes()
+    };
     let mut frames = Vec::new();
     for (i, q) in queries().iter().enumerate() {
-        frames.push(query_frame(format!("198.18.0.{}", 10 + i).parse().unwrap(), v4, q));
-        frames.push(query_frame(format!("2001:db8:5::{:x}", 0x10 + i).parse().unwrap(), v6, q));
+        frames.push(query_frame(format!("198.18.0.{}", 10 + i), v4, q));
+        frames.push(query_frame(format!("2001:db8:5::{:x}", 0x10 + i), v6, q));
     }
     // A response, which gets no answer, and a frame cut inside its IP header.
     let mut response = frames[0].clone();

@@ -47,14 +47,6 @@ async fn get(admin: SocketAddr, path: &str) -> Value {
     r.json()
 }
 
-/// The A answer of `name` at `addr`, one address as text.
-async fn answer(addr: SocketAddr, name: &str) -> String {
-    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    sock.connect(addr).await.unwrap();
-    let raw = udp_exchange(&sock, &Q::new(&fq(name), T_A).bytes()).await.unwrap();
-    Reply::new(raw).addrs().iter().map(ToString::to_string).collect()
-}
-
 /// The run-time overrides `GET /api/v1/profiles` lists for `profile`.
 async fn listed(admin: SocketAddr, profile: &str) -> Value {
     let v = get(admin, "/api/v1/profiles").await;
@@ -95,7 +87,7 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
         replicas.push(replica(dir.path(), i, &etcd.url, "/shared/", "").await);
     }
     for r in &replicas {
-        assert_eq!(answer(r.addr, "prio").await, "192.0.2.1", "{}", r.node);
+        assert_eq!(a_answer(r.addr, "prio").await, "192.0.2.1", "{}", r.node);
     }
 
     // Drained through replica 0: it answers without a once the call returns, the others
@@ -106,10 +98,10 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
         "weight_override": null, "bias_override": null
     });
     assert_eq!(v, want);
-    assert_eq!(answer(replicas[0].addr, "prio").await, "192.0.2.2");
+    assert_eq!(a_answer(replicas[0].addr, "prio").await, "192.0.2.2");
     for r in &replicas {
         eventually(PATIENCE, &format!("{} drains prio/a", r.node), async || {
-            answer(r.addr, "prio").await == "192.0.2.2"
+            a_answer(r.addr, "prio").await == "192.0.2.2"
         })
         .await;
     }
@@ -136,7 +128,7 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
         assert_eq!(m.select("steerdns_endpoint_weight_override", &labels).len(), 1, "{}", r.node);
         assert_eq!(m.sum("steerdns_endpoint_weight_override", &labels), 0.0, "{}", r.node);
         for _ in 0..20 {
-            assert_eq!(answer(r.addr, "split").await, "192.0.2.11", "{}", r.node);
+            assert_eq!(a_answer(r.addr, "split").await, "192.0.2.11", "{}", r.node);
         }
     }
 
@@ -145,7 +137,7 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
     undrain(replicas[2].admin, "prio", "a").await;
     for r in &replicas {
         eventually(PATIENCE, &format!("{} undrains prio/a", r.node), async || {
-            answer(r.addr, "prio").await == "192.0.2.1"
+            a_answer(r.addr, "prio").await == "192.0.2.1"
         })
         .await;
     }
@@ -168,8 +160,8 @@ async fn an_override_made_on_any_replica_applies_on_every_replica() {
     // A replica started now applies the overrides before it answers its first query.
     drain(replicas[1].admin, "prio", "a").await;
     let late = replica(dirs[3].path(), 3, &etcd.url, "/shared/", "").await;
-    assert_eq!(answer(late.addr, "prio").await, "192.0.2.2");
-    assert_eq!(answer(late.addr, "split").await, "192.0.2.11");
+    assert_eq!(a_answer(late.addr, "prio").await, "192.0.2.2");
+    assert_eq!(a_answer(late.addr, "split").await, "192.0.2.11");
     let shown = get(late.admin, "/api/v1/profiles/split").await;
     let b = shown["endpoints"].as_array().unwrap().iter().find(|e| e["name"] == "b").unwrap();
     assert_eq!((&b["weight"], &b["weight_override"]), (&json!(0), &json!(0)), "{b}");
@@ -256,7 +248,7 @@ async fn with_etcd_down_changes_are_refused_and_serving_goes_on() {
     assert!(!message.contains("Status") && !message.contains("transport"), "{message}");
     assert!(message.contains("none can change while it is unreachable"), "{message}");
     // Nothing changed, and queries are answered as before.
-    assert_eq!(answer(r.addr, "prio").await, "192.0.2.2");
+    assert_eq!(a_answer(r.addr, "prio").await, "192.0.2.2");
     assert_eq!(
         listed(r.admin, "prio").await,
         json!([{"endpoint": "a", "drained": true, "weight_override": null}])
@@ -271,7 +263,7 @@ async fn with_etcd_down_changes_are_refused_and_serving_goes_on() {
         api(r.admin, "POST", path, "").await.status == 200
     })
     .await;
-    assert_eq!(answer(r.addr, "prio").await, "192.0.2.1");
+    assert_eq!(a_answer(r.addr, "prio").await, "192.0.2.1");
     assert_eq!(generation().await, before + 1);
 }
 
@@ -290,14 +282,14 @@ async fn a_start_with_etcd_down_applies_the_state_file_copy() {
     let r = replica(dir.path(), 5, &etcd.url, "/copy/", state).await;
     r.wait_line("the warning", |l| l.contains("applying the state file's copy until etcd answers"))
         .await;
-    assert_eq!(answer(r.addr, "prio").await, "192.0.2.2");
+    assert_eq!(a_answer(r.addr, "prio").await, "192.0.2.2");
 
     // Meanwhile another replica undrained it: once etcd is back, etcd's word applies.
     etcd.start_again();
     let mut client = etcd_client::Client::connect([etcd.url.as_str()], None).await.unwrap();
     client.delete(format!("/copy/overrides/{}/a", fq("prio")), None).await.unwrap();
     eventually(PATIENCE, "etcd's overrides applied", async || {
-        answer(r.addr, "prio").await == "192.0.2.1"
+        a_answer(r.addr, "prio").await == "192.0.2.1"
     })
     .await;
     let copy = std::fs::read_to_string(dir.path().join("overrides.json")).unwrap();

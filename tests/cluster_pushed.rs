@@ -52,14 +52,6 @@ async fn call(admin: SocketAddr, method: &str, path: &str, body: &str) -> Value 
     r.json()
 }
 
-/// The A answer of `name` at `addr`, one address as text.
-async fn answer(addr: SocketAddr, name: &str) -> String {
-    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    sock.connect(addr).await.unwrap();
-    let raw = udp_exchange(&sock, &Q::new(&fq(name), T_A).bytes()).await.unwrap();
-    Reply::new(raw).addrs().iter().map(ToString::to_string).collect()
-}
-
 /// Endpoint `ep` of profile `p` as the replica's admin API shows it.
 async fn endpoint(admin: SocketAddr, p: &str, ep: &str) -> Value {
     let r = api(admin, "GET", &format!("/api/v1/profiles/{p}"), "").await;
@@ -120,7 +112,7 @@ async fn a_push_through_one_replica_applies_on_every_replica_until_cleared() {
     }
     for r in &replicas {
         eventually(PATIENCE, &format!("{} answers a", r.node), async || {
-            answer(r.addr, "pushy").await == "192.0.2.1"
+            a_answer(r.addr, "pushy").await == "192.0.2.1"
         })
         .await;
     }
@@ -135,7 +127,7 @@ async fn a_push_through_one_replica_applies_on_every_replica_until_cleared() {
     assert_eq!(endpoint(replicas[0].admin, "pushy", "a").await["pushed_health"], pushed);
     for r in &replicas {
         eventually(PATIENCE, &format!("{} answers b", r.node), async || {
-            answer(r.addr, "pushy").await == "192.0.2.2"
+            a_answer(r.addr, "pushy").await == "192.0.2.2"
         })
         .await;
         // The same push, at the same wall-clock times, whichever replica took it.
@@ -152,7 +144,7 @@ async fn a_push_through_one_replica_applies_on_every_replica_until_cleared() {
 
     // A replica started now answers with the push from its first query.
     let late = replica(dirs[3].path(), 3, &etcd.url, "/shared/", PROFILES).await;
-    assert_eq!(answer(late.addr, "pushy").await, "192.0.2.2");
+    assert_eq!(a_answer(late.addr, "pushy").await, "192.0.2.2");
     assert_eq!(endpoint(late.admin, "pushy", "a").await["pushed_health"], pushed);
 
     // Cleared through replica 1: a answers again everywhere, the key is gone, and every
@@ -162,7 +154,7 @@ async fn a_push_through_one_replica_applies_on_every_replica_until_cleared() {
     replicas.push(late);
     for r in &replicas {
         eventually(PATIENCE, &format!("{} answers a again", r.node), async || {
-            answer(r.addr, "pushy").await == "192.0.2.1"
+            a_answer(r.addr, "pushy").await == "192.0.2.1"
         })
         .await;
         assert_eq!(endpoint(r.admin, "pushy", "a").await["pushed_health"], Value::Null);
@@ -206,7 +198,7 @@ async fn a_push_expires_on_every_replica_and_an_expired_one_applies_as_expired()
         .await;
         let ep = endpoint(r.admin, "pushy", "a").await;
         assert_eq!(ep["pushed_health"]["expires"], expires, "{}", r.node);
-        assert_eq!(answer(r.addr, "pushy").await, "192.0.2.1", "{}", r.node);
+        assert_eq!(a_answer(r.addr, "pushy").await, "192.0.2.1", "{}", r.node);
         // It was in force on every replica meanwhile.
         let went = changes(r.admin, "pushy", "a").await;
         assert!(
@@ -252,7 +244,7 @@ async fn a_push_expires_on_every_replica_and_an_expired_one_applies_as_expired()
             "{}: {reason}",
             r.node
         );
-        assert_eq!(answer(r.addr, "known").await, "192.0.2.6", "{}", r.node);
+        assert_eq!(a_answer(r.addr, "known").await, "192.0.2.6", "{}", r.node);
         let b = endpoint(r.admin, "pushy", "b").await;
         assert_eq!((&b["pushed_health"]["live"], &b["status"]), (&json!(true), &json!("degraded")));
         assert_eq!(b["pushed_health"]["expires"], json!(fresh_end), "{}", r.node);
@@ -288,7 +280,7 @@ async fn with_etcd_down_a_push_is_refused_and_nothing_changes() {
     let unknown = api(r.admin, "PUT", &health("pushy", "zz"), healthy).await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
     // Nothing changed, and queries are answered as before.
-    assert_eq!(answer(r.addr, "pushy").await, "192.0.2.2");
+    assert_eq!(a_answer(r.addr, "pushy").await, "192.0.2.2");
     assert_eq!(endpoint(r.admin, "pushy", "a").await["pushed_health"], pushed);
 
     // Back: taken again.
@@ -298,7 +290,7 @@ async fn with_etcd_down_a_push_is_refused_and_nothing_changes() {
     })
     .await;
     eventually(PATIENCE, "the clear applied", async || {
-        answer(r.addr, "pushy").await == "192.0.2.1"
+        a_answer(r.addr, "pushy").await == "192.0.2.1"
     })
     .await;
 }
@@ -328,7 +320,7 @@ async fn a_push_waits_for_its_endpoint_and_bad_keys_are_ignored() {
         })
         .await;
     }
-    assert_eq!(answer(r.addr, "pushy").await, "192.0.2.1");
+    assert_eq!(a_answer(r.addr, "pushy").await, "192.0.2.1");
 
     // A reload brings c, first in line: the push applies to it at once.
     let with_c = PROFILES.replace(
@@ -343,8 +335,8 @@ async fn a_push_waits_for_its_endpoint_and_bad_keys_are_ignored() {
         c.is_some_and(|c| c["status"] == "degraded" && c["pushed_health"]["by"] == "bob")
     })
     .await;
-    assert_eq!(answer(r.addr, "pushy").await, "192.0.2.1", "c is down, a answers");
+    assert_eq!(a_answer(r.addr, "pushy").await, "192.0.2.1", "c is down, a answers");
     // Cleared on this replica too, though pushed elsewhere.
     call(r.admin, "DELETE", &health("pushy", "c"), "").await;
-    assert_eq!(answer(r.addr, "pushy").await, "192.0.2.3");
+    assert_eq!(a_answer(r.addr, "pushy").await, "192.0.2.3");
 }

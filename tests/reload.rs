@@ -10,10 +10,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
@@ -813,32 +813,15 @@ impl Binary {
         };
         let yaml = yaml.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         std::fs::write(dir.join("steerdns.yaml"), yaml).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_steerdns"));
-        if json {
-            cmd.args(["--log-format", "json"]);
-        }
-        let mut child = cmd
-            .args(["serve", "-c"])
-            .arg(dir.join("steerdns.yaml"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn steerdns");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
         let raw_ansi = Arc::new(AtomicU64::new(0));
-        let (lines, ansi) = (stderr.clone(), raw_ansi.clone());
-        let pipe = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for l in BufReader::new(pipe).lines() {
-                let Ok(l) = l else { break };
+        let ansi = raw_ansi.clone();
+        let Served { child, stderr, reader } =
+            serve_collecting_stderr(&dir.join("steerdns.yaml"), json, move |l| {
                 if l.contains('\u{1b}') {
                     ansi.fetch_add(1, Ordering::Relaxed);
                 }
-                lines.lock().unwrap().push(strip_ansi(&l));
-            }
-        });
+                strip_ansi(&l)
+            });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         Binary { child, addr, admin, stderr, raw_ansi, reader: Some(reader) }
     }
@@ -963,18 +946,16 @@ impl Binary {
         self.stderr.lock().unwrap().len()
     }
 
-    /// SIGTERM, then the exit status (within `PATIENCE`).
+    /// SIGTERM, then the exit status (within `PATIENCE`) and the whole of stderr.
     async fn terminate(mut self) -> (std::process::ExitStatus, String) {
         self.signal(libc::SIGTERM);
         let start = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return (st, self.stderr_text());
-            }
+        while !self.exited() {
             assert!(start.elapsed() < PATIENCE, "no exit after SIGTERM:\n{}", self.stderr_text());
             tokio::time::sleep(POLL_EVERY).await;
         }
+        let status = self.child.try_wait().unwrap().expect("exited");
+        (status, self.stderr_text())
     }
 }
 
@@ -1048,28 +1029,34 @@ async fn sighup_api_and_file_change_at_once_go_through_one_reloader_in_the_binar
         // The API's reload started after its request, so it read the file written before.
         assert_eq!(bin.answer("www").await, format!("A {target}"), "round {round}");
     }
-    // Every trigger shows up in the request counts; all are served by the same reloads.
+    // Every trigger shows up in the request counts; all are served by the same reloads, and
+    // each reload logs one line. A reload counts itself before it logs, and the watcher's
+    // may still come after the rounds: the lines are read before each scrape, so that they
+    // can fall short of its count but never exceed it, and are compared until they agree.
     let start = Instant::now();
-    let m = loop {
+    let (m, ran) = loop {
+        let lines = bin.stderr_text();
+        let logged = lines.lines().filter(|l| l.contains("configuration reloaded")).count();
         let m = scrape(admin, None).await;
+        let ran = m.sum("steerdns_reloads_total", &[]) as u64;
+        assert!(logged as u64 <= ran, "{logged} lines for {ran} reloads:\n{lines}");
         let settled = requests(&m, "file") > 0
             && requests(&m, "sighup") > 0
-            && m.sum("steerdns_config_generation", &[])
-                == 1.0 + m.sum("steerdns_reloads_total", &[]);
+            && m.sum("steerdns_config_generation", &[]) == 1.0 + ran as f64
+            && logged as u64 == ran;
         if settled {
-            break m;
+            break (m, ran);
         }
-        assert!(start.elapsed() < PATIENCE, "the triggers never settled:\n{}", bin.stderr_text());
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the triggers never settled ({ran} reloads, one line per reload):\n{lines}"
+        );
         tokio::time::sleep(POLL_EVERY).await;
     };
     assert_eq!(requests(&m, "api"), targets.len() as u64);
     let asked: u64 = ["sighup", "api", "file"].iter().map(|t| requests(&m, t)).sum();
-    let ran = m.sum("steerdns_reloads_total", &[]) as u64;
     assert!((1..=asked).contains(&ran), "{ran} reloads for {asked} requests");
     assert_eq!(m.sum("steerdns_reload_failures_total", &[]), 0.0);
-    let lines = bin.stderr_text();
-    let logged = lines.lines().filter(|l| l.contains("configuration reloaded")).count();
-    assert_eq!(logged as u64, ran, "one line per reload:\n{lines}");
     assert_eq!(bin.answer("www").await, format!("A {}", targets[targets.len() - 1]));
     println!("MEASURE binary: {asked} requests (sighup, api, file), {ran} reloads");
     let (status, text) = bin.terminate().await;
@@ -1138,7 +1125,11 @@ async fn sighup_as_soon_as_the_port_accepts_reloads_instead_of_killing() {
         let mut bin = Binary::spawn(dir.path(), DEFAULT_PROFILES, false);
         let start = Instant::now();
         loop {
-            if std::net::TcpStream::connect(bin.addr).is_ok() {
+            // A connection from the port to itself (TCP's simultaneous open, when the
+            // kernel picks the server's port as the source port) is not the server's.
+            let accepted = std::net::TcpStream::connect(bin.addr)
+                .is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok());
+            if accepted {
                 break;
             }
             if bin.exited() {

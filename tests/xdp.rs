@@ -8,12 +8,13 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::net::Ipv4Addr;
+use std::net::SocketAddr;
 use std::ops::Deref;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::frames::UdpFrame;
 use common::netns::{SERVER_V4, SERVER_V6, VethPair, client_v4, run};
 use common::{Via, require_tool, tools_required};
 
@@ -147,60 +148,17 @@ fn stop(child: &mut Child, signal: i32) {
     child.wait().unwrap();
 }
 
-/// An IPv4/UDP frame from port 40000 to the server's port 53, its fields as given, so that
-/// frames can lie about their lengths and checksums.
-struct Frame4 {
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    /// The VLAN id of an 802.1Q tag before the EtherType; `None`: untagged.
-    vlan: Option<u16>,
-    src: Ipv4Addr,
-    /// The IP header's total length.
-    total_len: u16,
-    good_checksum: bool,
-    /// The UDP payload.
-    dns: Vec<u8>,
-}
-
-impl Frame4 {
-    /// A well-formed frame from the client's first address to the server, carrying `dns`.
-    fn new(bed: &Bed, dns: &[u8]) -> Frame4 {
-        Frame4 {
-            dst_mac: bed.mac(&bed.server_ns, &bed.server_if),
-            src_mac: bed.mac(&bed.client_ns, &bed.client_if),
-            vlan: None,
-            src: client_v4(1),
-            total_len: (20 + 8 + dns.len()) as u16,
-            good_checksum: true,
-            dns: dns.to_vec(),
-        }
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut f = self.dst_mac.to_vec();
-        f.extend_from_slice(&self.src_mac);
-        if let Some(id) = self.vlan {
-            f.extend_from_slice(&[0x81, 0x00]);
-            f.extend_from_slice(&id.to_be_bytes());
-        }
-        f.extend_from_slice(&[0x08, 0x00]);
-        let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
-        ip.extend_from_slice(&self.src.octets());
-        ip.extend_from_slice(&SERVER_V4.octets());
-        ip[2..4].copy_from_slice(&self.total_len.to_be_bytes());
-        let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-        while sum >> 16 != 0 {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        let check = if self.good_checksum { !(sum as u16) } else { !(sum as u16) ^ 0x0101 };
-        ip[10..12].copy_from_slice(&check.to_be_bytes());
-        f.extend_from_slice(&ip);
-        // UDP 40000 -> 53, no checksum.
-        f.extend_from_slice(&[0x9c, 0x40, 0, 53]);
-        f.extend_from_slice(&((8 + self.dns.len()) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-        f.extend_from_slice(&self.dns);
-        f
+/// A well-formed frame from port 40000 of the client's first address to the server's port
+/// 53, between the two ends' Ethernet addresses, carrying `dns`.
+fn query_frame(bed: &Bed, dns: &[u8]) -> UdpFrame {
+    UdpFrame {
+        dst_mac: bed.mac(&bed.server_ns, &bed.server_if),
+        src_mac: bed.mac(&bed.client_ns, &bed.client_if),
+        ..UdpFrame::new(
+            SocketAddr::from((client_v4(1), 40000)),
+            SocketAddr::from((SERVER_V4, 53)),
+            dns,
+        )
     }
 }
 
@@ -272,8 +230,8 @@ fn xdp_answers_passes_the_rest_and_leaves_nothing_attached() {
     assert_eq!(bed.metric("steerdns_xdp_malformed_frames_total"), 0);
     // A DNS header alone, then a bad header checksum, and an IP length past the frame.
     let header = &a_query("www.xdp.test")[..12];
-    bed.inject(&Frame4 { good_checksum: false, ..Frame4::new(&bed, header) }.bytes());
-    bed.inject(&Frame4 { total_len: 200, ..Frame4::new(&bed, header) }.bytes());
+    bed.inject(&UdpFrame { good_checksum: false, ..query_frame(&bed, header) }.bytes());
+    bed.inject(&UdpFrame { ipv4_total_len: Some(200), ..query_frame(&bed, header) }.bytes());
     let deadline = Instant::now() + Duration::from_secs(5);
     while bed.metric("steerdns_xdp_malformed_frames_total") < 2 {
         assert!(Instant::now() < deadline, "malformed frames not counted");
@@ -494,8 +452,8 @@ fn a_vlan_tagged_query_goes_to_the_kernel() {
     // The same query untagged (id 1111) and tagged with VLAN 7 (id 2222), to the server's
     // address and port: the program takes the first and passes the second.
     let with_id = |id: [u8; 2]| [&id[..], &query[2..]].concat();
-    bed.inject(&Frame4::new(&bed, &with_id([0x11, 0x11])).bytes());
-    bed.inject(&Frame4 { vlan: Some(7), ..Frame4::new(&bed, &with_id([0x22, 0x22])) }.bytes());
+    bed.inject(&query_frame(&bed, &with_id([0x11, 0x11])).bytes());
+    bed.inject(&UdpFrame { vlan: Some(7), ..query_frame(&bed, &with_id([0x22, 0x22])) }.bytes());
     let seen: Vec<String> = seen.map_while(Result::ok).collect();
     sniffer.wait().unwrap();
     assert_eq!(seen, ["2222"], "only the tagged query reaches the kernel");

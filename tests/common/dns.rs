@@ -2,7 +2,7 @@
 //! ones — is under the test's control, sent over UDP or TCP to a running `Harness` or to
 //! any socket.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
@@ -253,6 +253,15 @@ pub async fn udp_exchange(sock: &UdpSocket, query: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// The A answer of `name` (under the test zone) at `addr`, from a fresh socket: one
+/// address as text.
+pub async fn a_answer(addr: SocketAddr, name: &str) -> String {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.connect(addr).await.unwrap();
+    let raw = udp_exchange(&sock, &Q::new(&fq(name), T_A).bytes()).await.unwrap();
+    Reply::new(raw).addrs().iter().map(ToString::to_string).collect()
 }
 
 pub async fn tcp_send(s: &mut TcpStream, query: &[u8]) {

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod dns;
 pub mod etcd;
 pub mod fixtures;
+pub mod frames;
 pub mod http;
 pub mod knot;
 pub mod named;
@@ -20,6 +21,7 @@ pub mod replicas;
 pub mod reply;
 pub mod resolver;
 pub mod running;
+pub mod serve;
 pub mod server;
 pub mod tools;
 pub mod wire_cases;
@@ -28,5 +30,6 @@ pub mod wire_cases;
 #[allow(unused_imports)]
 pub use self::{
     browser::*, config_errors::*, daemon::*, dns::*, etcd::*, fixtures::*, http::*, knot::*,
-    named::*, prometheus::*, replicas::*, reply::*, resolver::*, running::*, server::*, tools::*,
+    named::*, prometheus::*, replicas::*, reply::*, resolver::*, running::*, serve::*, server::*,
+    tools::*,
 };

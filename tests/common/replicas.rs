@@ -2,15 +2,15 @@
 //! address with its own admin port and directory, for the cluster tests. Stderr is
 //! collected line by line; dropping a `Replica` kills it.
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::daemon::free_port;
 use super::fixtures::{ZONE_FILE, steerdns_yaml};
+use super::serve::{Served, serve_collecting_stderr};
 
 /// The lease of the replicas (`cluster.lease`): long enough that a loaded runner renews
 /// it in time; `with_lease` shortens it for the tests about its expiry.
@@ -171,24 +171,8 @@ impl Replica {
     /// `steerdns serve` there, without waiting.
     pub fn spawn(dir: &Path, i: usize, yaml: &str, dns: SocketAddr, admin: SocketAddr) -> Replica {
         write_replica_dir(dir, yaml);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_steerdns"))
-            .args(["--log-format", "json", "serve", "-c"])
-            .arg(dir.join("steerdns.yaml"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn steerdns");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let lines = stderr.clone();
-        let pipe = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for l in BufReader::new(pipe).lines() {
-                let Ok(l) = l else { break };
-                lines.lock().unwrap().push(l);
-            }
-        });
+        let Served { child, stderr, reader } =
+            serve_collecting_stderr(&dir.join("steerdns.yaml"), true, |l| l);
         Replica {
             addr: dns,
             admin,
