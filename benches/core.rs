@@ -16,6 +16,10 @@ use hickory_proto::rr::{Name, RecordType};
 use rand::SeedableRng;
 use steerdns::responder::{Packet, Transport, respond};
 
+#[path = "../tests/common/example_queries.rs"]
+mod example_queries;
+use example_queries::EXAMPLE_QUERIES;
+
 fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
     let mut m = Message::query();
     m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
@@ -30,26 +34,7 @@ fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
 fn example(c: &mut Criterion) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let snap = steerdns::config::load(&root.join("steerdns.yaml"), None).unwrap().snapshot;
-    bench_names(
-        c,
-        &snap,
-        "example",
-        &[
-            ("static", "info.tm.example.test.", None),
-            ("nxdomain", "missing.tm.example.test.", None),
-            ("priority", "www.tm.example.test.", None),
-            ("weighted", "api.tm.example.test.", None),
-            ("weighted-sticky-ecs", "app.tm.example.test.", Some("203.0.113.0/24")),
-            ("multivalue", "pool.tm.example.test.", None),
-            ("nested", "global.tm.example.test.", None),
-            ("geographic-ecs", "geo.tm.example.test.", Some("192.0.2.128/25")),
-            ("subnet-ecs", "office.tm.example.test.", Some("198.51.100.15/32")),
-            ("performance-ecs", "fast.tm.example.test.", Some("198.51.100.130/32")),
-            ("groups-ecs", "accel.tm.example.test.", Some("198.51.100.0/24")),
-            ("zone-ecs", "svc.tm.example.test.", Some("10.1.0.0/16")),
-            ("geoproximity-ecs", "near.tm.example.test.", Some("192.0.2.0/25")),
-        ],
-    );
+    bench_names(c, &snap, "example", EXAMPLE_QUERIES);
 }
 
 fn bench_names(

@@ -20,6 +20,9 @@ use rand::SeedableRng;
 #[path = "../tests/common/measured.rs"]
 mod measured;
 use measured::measured_table;
+#[path = "../tests/common/example_queries.rs"]
+mod example_queries;
+use example_queries::{EXAMPLE_QUERIES, ExampleQuery};
 
 fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
     let mut m = Message::query();
@@ -37,19 +40,8 @@ fn query(name: &str, ecs: Option<&str>) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
-const CASES: &[(&str, &str, Option<&str>)] = &[
-    ("static", "info.tm.example.test.", None),
-    ("nxdomain", "missing.tm.example.test.", None),
-    ("priority", "www.tm.example.test.", None),
-    ("weighted", "api.tm.example.test.", None),
-    ("weighted-sticky-ecs", "app.tm.example.test.", Some("203.0.113.0/24")),
-    ("multivalue", "pool.tm.example.test.", None),
-    ("nested", "global.tm.example.test.", None),
-    ("geographic-ecs", "geo.tm.example.test.", Some("192.0.2.128/25")),
-    ("subnet-ecs", "office.tm.example.test.", Some("198.51.100.15/32")),
-    ("performance-ecs", "fast.tm.example.test.", Some("198.51.100.130/32")),
-    ("groups-ecs", "accel.tm.example.test.", Some("198.51.100.0/24")),
-    ("zone-ecs", "svc.tm.example.test.", Some("10.1.0.0/16")),
+/// The cases beyond the benchmark's (`EXAMPLE_QUERIES`).
+const MORE_CASES: &[ExampleQuery] = &[
     ("weighted-load", "api.tm.example.test.", None),
     ("priority-load", "www.tm.example.test.", None),
     ("performance-ecs-rum", "fast.tm.example.test.", Some("198.51.100.130/32")),
@@ -70,7 +62,8 @@ fn main() {
         }
     }
     let measured = case.contains("-rum").then(|| measured_table(&snap));
-    let (_, name, ecs) = CASES.iter().find(|c| c.0 == case).unwrap();
+    let mut cases = EXAMPLE_QUERIES.iter().chain(MORE_CASES);
+    let (_, name, ecs) = cases.find(|c| c.0 == case).unwrap();
     let q = query(name, *ecs);
     let src: IpAddr = "127.0.0.1".parse().unwrap();
     let mut out = Vec::with_capacity(1500);

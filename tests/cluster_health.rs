@@ -435,3 +435,46 @@ async fn rule_any_on_each_replica_keeps_one_failing_monitor_online() {
     c.wait_views(&ALL, &seen).await;
     c.wait_answers(&ALL, BACKUP).await;
 }
+
+/// `steerdns_cluster_views` counts the views a replica uses in its verdicts only: a
+/// replica of the previous version, during a rolling upgrade, writes its views under the
+/// older layout (`health/<probe id>/<node>`), which no replica of this version reads as an
+/// endpoint's view. Both keys of node-3 below are written in one transaction, so that a
+/// replica takes them in together: counting both would show 2, never 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_under_the_older_key_layout_are_not_counted() {
+    let _heavy = one_heavy_test_at_a_time().await;
+    let Some(c) = Cluster::start("majority").await else { return };
+    c.wait_views(&ALL, &UP).await;
+    let mut client = etcd_client::Client::connect([c.etcd.url.as_str()], None).await.unwrap();
+    let prefix = "/hc/health/";
+    let listed = client
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix().with_keys_only()))
+        .await
+        .unwrap();
+    let id = listed
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.key_str().ok()?.strip_prefix(prefix)?.strip_suffix("/node-0"))
+        .map(str::to_string)
+        .next()
+        .expect("node-0's view of main");
+    let view = r#"{"status":"online","reason":"probe succeeded","at":"2026-01-01T00:00:00Z"}"#;
+    let port = c.backends[0].addr.port();
+    let old = format!("{prefix}http:{MAIN}:{port}%2Fhealth~0123456789abcdef/node-3");
+    let current = format!("{prefix}{id}/node-3");
+    let both = etcd_client::Txn::new().and_then([
+        etcd_client::TxnOp::put(old.as_str(), view, None),
+        etcd_client::TxnOp::put(current.as_str(), view, None),
+    ]);
+    client.txn(both).await.unwrap();
+    for r in &c.replicas {
+        let counted = async || {
+            let metrics = scrape(r.admin, None).await;
+            ["node-0", "node-1", "node-2", "node-3"]
+                .iter()
+                .all(|node| metrics.sum("steerdns_cluster_views", &[("node", node)]) == 1.0)
+        };
+        eventually(AGREE, &format!("{} counts one view of each node", r.node), counted).await;
+    }
+}

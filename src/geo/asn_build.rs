@@ -22,16 +22,16 @@ use std::time::SystemTime;
 use ipnet::IpNet;
 use mmdb_writer::Value;
 
-use super::build::{BuildError, BuildSummary, Layout, TreeRow, compile_file, network, write_tree};
+use super::build::{
+    BuildError, BuildSummary, Layout, Record, Row, compile_file, lines, network, write_tree,
+};
 
 /// The header this builder documents; MaxMind's long form is accepted too.
 pub const HEADER: &str = "network,asn,organization";
 const MAXMIND_HEADER: &str = "network,autonomous_system_number,autonomous_system_organization";
 
-/// One valid CSV row.
-struct Row {
-    line: usize,
-    net: IpNet,
+/// What a valid CSV row says of its network.
+struct Operator {
     asn: u32,
     organization: String,
 }
@@ -55,15 +55,7 @@ pub fn build_asn_bytes(
     write_tree(rows, errors, &layout, file, built)
 }
 
-impl TreeRow for Row {
-    fn net(&self) -> IpNet {
-        self.net
-    }
-
-    fn line(&self) -> usize {
-        self.line
-    }
-
+impl Record for Operator {
     fn record(&self) -> Value {
         let mut fields = vec![("autonomous_system_number", Value::from(self.asn))];
         if !self.organization.is_empty() {
@@ -75,20 +67,14 @@ impl TreeRow for Row {
 }
 
 /// Reads every row, collecting errors; returns the valid rows.
-fn parse(text: &str, file: &Path, errors: &mut Vec<BuildError>) -> Vec<Row> {
+fn parse(text: &str, file: &Path, errors: &mut Vec<BuildError>) -> Vec<Row<Operator>> {
     let mut err = |line, col, message| {
         errors.push(BuildError { file: file.into(), line, col, message });
     };
     let mut seen: HashMap<IpNet, usize> = HashMap::new();
     let mut rows = Vec::new();
     let mut first = true;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let content = raw.trim_end_matches('\r');
-        if content.trim().is_empty() || content.trim_start().starts_with('#') {
-            continue;
-        }
+    for (line, content) in lines(text) {
         if std::mem::take(&mut first) {
             let header = content.trim().replace([' ', '"'], "");
             if header.eq_ignore_ascii_case(HEADER) || header.eq_ignore_ascii_case(MAXMIND_HEADER) {
@@ -139,7 +125,7 @@ fn parse(text: &str, file: &Path, errors: &mut Vec<BuildError>) -> Vec<Row> {
             continue;
         }
         seen.insert(net, line);
-        rows.push(Row { line, net, asn, organization });
+        rows.push(Row { line, net, data: Operator { asn, organization } });
     }
     rows
 }

@@ -76,10 +76,8 @@ impl fmt::Display for BuildSummary {
     }
 }
 
-/// One valid CSV row.
-struct Row {
-    line: usize,
-    net: IpNet,
+/// What a valid CSV row says of its network.
+struct Place {
     continent: String,
     country: String,
     subdivision: Option<String>,
@@ -143,11 +141,16 @@ pub fn build_bytes(
     write_tree(rows, errors, &layout, file, built)
 }
 
-/// One valid row as the tree writer sees it: where it goes, where it came from, what it
-/// holds.
-pub(super) trait TreeRow {
-    fn net(&self) -> IpNet;
-    fn line(&self) -> usize;
+/// One valid CSV row: where it came from, where it goes in the tree, and what it says of
+/// the network (`data`, the database's record for it).
+pub(super) struct Row<T> {
+    pub line: usize,
+    pub net: IpNet,
+    pub data: T,
+}
+
+/// What a row's data is in the database.
+pub(super) trait Record {
     fn record(&self) -> Value;
 }
 
@@ -160,8 +163,8 @@ pub(super) struct Layout {
 /// Writes the valid rows of a parse into a database of `layout` stamped with `built`
 /// when the parse found no `errors` (else returns them): the part both builders share once
 /// their CSV is parsed. `file` only names the input in errors.
-pub(super) fn write_tree<R: TreeRow>(
-    rows: Vec<R>,
+pub(super) fn write_tree<T: Record>(
+    rows: Vec<Row<T>>,
     errors: Vec<BuildError>,
     layout: &Layout,
     file: &Path,
@@ -170,17 +173,17 @@ pub(super) fn write_tree<R: TreeRow>(
     let mut rows = rows_or_errors(rows, file, errors)?;
     // Less specific first: mmdb-writer lets later inserts win, and a /24 must beat the /16
     // around it wherever it appears in the file.
-    rows.sort_by_key(|r| tree_len(&r.net()));
+    rows.sort_by_key(|r| tree_len(&r.net));
     let mut writer = Writer::builder(layout.database_type)
         .description(&[("en", layout.description)])
         .build_epoch(built)
         .build();
     let mut errors = Vec::new();
     for r in &rows {
-        if let Err(e) = writer.insert_value(r.net(), r.record()) {
+        if let Err(e) = writer.insert_value(r.net, r.data.record()) {
             errors.push(BuildError {
                 file: file.into(),
-                line: r.line(),
+                line: r.line,
                 col: 1,
                 message: e.to_string(),
             });
@@ -192,7 +195,7 @@ pub(super) fn write_tree<R: TreeRow>(
     let bytes = writer.to_bytes().map_err(|e| {
         vec![BuildError { file: file.into(), line: 0, col: 0, message: e.to_string() }]
     })?;
-    let ipv4_networks = rows.iter().filter(|r| r.net().addr().is_ipv4()).count();
+    let ipv4_networks = rows.iter().filter(|r| r.net.addr().is_ipv4()).count();
     let summary = BuildSummary {
         ipv4_networks,
         ipv6_networks: rows.len() - ipv4_networks,
@@ -217,15 +220,7 @@ pub(super) fn build_time() -> SystemTime {
         .map_or_else(SystemTime::now, |s| UNIX_EPOCH + Duration::from_secs(s))
 }
 
-impl TreeRow for Row {
-    fn net(&self) -> IpNet {
-        self.net
-    }
-
-    fn line(&self) -> usize {
-        self.line
-    }
-
+impl Record for Place {
     fn record(&self) -> Value {
         let mut fields = vec![
             ("continent", Value::map([("code", Value::from(self.continent.as_str()))])),
@@ -261,19 +256,22 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     result
 }
 
+/// The lines of a CSV text that hold a header or a row, each with its number (1-based):
+/// without a byte order mark or a line's `\r`, and past blank lines and lines starting
+/// with `#`.
+pub(super) fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let numbered = text.lines().enumerate().map(|(i, raw)| (i + 1, raw.trim_end_matches('\r')));
+    numbered.filter(|(_, c)| !(c.trim().is_empty() || c.trim_start().starts_with('#')))
+}
+
 /// Reads every row, collecting errors; returns the valid rows.
-fn parse(text: &str, file: &Path, errors: &mut Vec<BuildError>) -> Vec<Row> {
+fn parse(text: &str, file: &Path, errors: &mut Vec<BuildError>) -> Vec<Row<Place>> {
     let regions = Regions::builtin();
     let mut ctx = Ctx { file, errors, regions: &regions, seen: HashMap::new() };
     let mut rows = Vec::new();
     let mut header_seen = false;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let content = raw.trim_end_matches('\r');
-        if content.trim().is_empty() || content.trim_start().starts_with('#') {
-            continue;
-        }
+    for (line, content) in lines(text) {
         if !header_seen {
             header_seen = true;
             if !content.trim().replace(' ', "").eq_ignore_ascii_case(HEADER) {
@@ -308,7 +306,7 @@ impl Ctx<'_> {
         self.errors.push(BuildError { file: self.file.into(), line, col, message });
     }
 
-    fn row(&mut self, line: usize, content: &str) -> Option<Row> {
+    fn row(&mut self, line: usize, content: &str) -> Option<Row<Place>> {
         let cells = split(content);
         if cells.len() != 6 {
             self.err(line, 1, format!("expected 6 fields ({HEADER}), found {}", cells.len()));
@@ -323,7 +321,8 @@ impl Ctx<'_> {
         if self.errors.len() != before {
             return None;
         }
-        Some(Row { line, net: net?, continent: continent?, country: country?, subdivision, coords })
+        let place = Place { continent: continent?, country: country?, subdivision, coords };
+        Some(Row { line, net: net?, data: place })
     }
 
     fn network(&mut self, line: usize, c: &Cell<'_>) -> Option<IpNet> {

@@ -11,10 +11,10 @@ use rand::Rng;
 
 use crate::model::health::HealthView;
 use crate::model::load::Share;
-use crate::model::{Endpoint, Profile};
+use crate::model::{Endpoint, Profile, Want};
 
 use super::weighted::{choose, sticky_key};
-use super::{Candidate, Client, Ctx};
+use super::{Candidate, Candidates, Client, Ctx, eligible};
 
 /// The share routing applies to `ep`: full without a load table or a feed.
 #[inline]
@@ -86,6 +86,23 @@ pub fn thin<H: HealthView + ?Sized, R: Rng + ?Sized>(
         ctx.note(|| format!("every candidate spilled: {} has the highest share", ep.name));
         list.push(c);
     }
+}
+
+/// The eligible candidates for `want` (`eligible`) that keep this query by their shares
+/// (`thin`): how a method that groups the candidates by the client (performance, zone)
+/// starts, so that spilled ones count in no group. `None` when none is eligible.
+pub fn eligible_kept<H: HealthView + ?Sized, R: Rng + ?Sized>(
+    ctx: Ctx<'_, H>,
+    profile: &Profile,
+    want: Want,
+    rng: &mut R,
+) -> Option<Candidates> {
+    let mut all = eligible(ctx, profile, want);
+    if all.is_empty() {
+        return None;
+    }
+    thin(ctx, profile, &mut all, rng);
+    Some(all)
 }
 
 fn outcome(d: Drawn) -> &'static str {
@@ -272,6 +289,18 @@ mod tests {
     }
 
     /// Endpoints e0.. with the given weights (or priorities in order), each fed.
+    /// Sets the (share, above high) of each endpoint `e0`, `e1`, … of `w`'s profile, then
+    /// checks the fraction of queries each answers against `want`.
+    fn assert_shares(w: &Lab, shares: &[(f64, bool)], want: &[f64], case: &str) {
+        for (e, &(s, high)) in shares.iter().enumerate() {
+            w.share(0, e, s, high);
+        }
+        let want: Vec<(String, f64)> =
+            want.iter().enumerate().map(|(e, f)| (format!("e{e}"), *f)).collect();
+        let want: Vec<(&str, f64)> = want.iter().map(|(n, f)| (n.as_str(), *f)).collect();
+        assert_near(&frequencies(w, &anywhere()), &want, case);
+    }
+
     fn plain(method: Method, n: usize, weights: &[u32]) -> Lab {
         let mut w = Lab::new();
         let p = w.profile("www", method);
@@ -309,13 +338,7 @@ mod tests {
         ];
         for (i, (weights, shares, want)) in cases.iter().enumerate() {
             let w = plain(Method::Weighted, weights.len(), weights);
-            for (e, &(s, high)) in shares.iter().enumerate() {
-                w.share(0, e, s, high);
-            }
-            let want: Vec<(String, f64)> =
-                want.iter().enumerate().map(|(e, f)| (format!("e{e}"), *f)).collect();
-            let want: Vec<(&str, f64)> = want.iter().map(|(n, f)| (n.as_str(), *f)).collect();
-            assert_near(&frequencies(&w, &anywhere()), &want, &format!("case {i}"));
+            assert_shares(&w, shares, want, &format!("case {i}"));
         }
     }
 
@@ -333,13 +356,7 @@ mod tests {
         ];
         for (i, (shares, want)) in cases.iter().enumerate() {
             let w = plain(Method::Priority, shares.len(), &[]);
-            for (e, &(s, high)) in shares.iter().enumerate() {
-                w.share(0, e, s, high);
-            }
-            let want: Vec<(String, f64)> =
-                want.iter().enumerate().map(|(e, f)| (format!("e{e}"), *f)).collect();
-            let want: Vec<(&str, f64)> = want.iter().map(|(n, f)| (n.as_str(), *f)).collect();
-            assert_near(&frequencies(&w, &anywhere()), &want, &format!("case {i}"));
+            assert_shares(&w, shares, want, &format!("case {i}"));
         }
     }
 

@@ -11,8 +11,9 @@ use crate::geo::rum::MeasuredRow;
 use crate::model::Profile;
 use crate::model::health::HealthView;
 
+use super::load::eligible_kept;
 use super::weighted::sticky_pick;
-use super::{Candidates, Ctx, Pick, Query, Scratch, eligible};
+use super::{Candidates, Ctx, Pick, Query, Scratch};
 
 pub fn pick<'a, H: HealthView + ?Sized, R: rand::Rng + ?Sized>(
     ctx: Ctx<'a, H>,
@@ -21,12 +22,10 @@ pub fn pick<'a, H: HealthView + ?Sized, R: rand::Rng + ?Sized>(
     q: Query<'_>,
     rng: &mut R,
 ) -> Pick<'a> {
-    let mut all = eligible(ctx, profile, q.want);
-    if all.is_empty() {
-        return Pick::NoData { scope: 0 };
-    }
     // Spilled endpoints are left out, so a loaded nearest region spills to the next.
-    super::load::thin(ctx, profile, &mut all, rng);
+    let Some(all) = eligible_kept(ctx, profile, q.want, rng) else {
+        return Pick::NoData { scope: 0 };
+    };
     let mut order = Scratch::take();
     let static_scope = ctx.world.region_order(q.client, &mut order);
     ctx.note(|| ctx.world.describe_latency(q.client));

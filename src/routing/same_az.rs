@@ -10,8 +10,9 @@ use rand::Rng;
 use crate::model::Profile;
 use crate::model::health::HealthView;
 
+use super::load::eligible_kept;
 use super::weighted::choose;
-use super::{Candidates, Ctx, Pick, Query, eligible};
+use super::{Candidates, Ctx, Pick, Query};
 
 pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     ctx: Ctx<'a, H>,
@@ -21,13 +22,11 @@ pub fn pick<'a, H: HealthView + ?Sized, R: Rng + ?Sized>(
     q: Query<'_>,
     rng: &mut R,
 ) -> Pick<'a> {
-    let mut all = eligible(ctx, profile, q.want);
-    if all.is_empty() {
-        return Pick::NoData { scope: 0 };
-    }
     // Spilled endpoints are left out before zones are counted: the method runs again
     // without them.
-    super::load::thin(ctx, profile, &mut all, rng);
+    let Some(all) = eligible_kept(ctx, profile, q.want, rng) else {
+        return Pick::NoData { scope: 0 };
+    };
     let hit = ctx.world.az_networks.lookup(q.client.addr);
     let scope = hit.scope;
     let mut local = Candidates::take();

@@ -166,8 +166,8 @@ impl Server {
             Some(s) => {
                 let (control, cancel) = (server.control.clone(), server.cancel.clone());
                 let overrides =
-                    cluster::overrides::Follower::start(control.clone(), s.clone(), cancel.clone());
-                let pushes = cluster::pushed::Follower::start(control, s.clone(), cancel);
+                    cluster::overrides::follow(control.clone(), s.clone(), cancel.clone());
+                let pushes = cluster::pushed::follow(control, s.clone(), cancel);
                 let (overrides, pushes) = tokio::join!(overrides, pushes);
                 (Some(overrides), Some(pushes))
             }

@@ -230,6 +230,33 @@ impl<'a> Reader<'a> {
         Ok(net)
     }
 
+    /// `n` items, each read by `item`.
+    pub fn repeat<T>(
+        &mut self,
+        n: usize,
+        mut item: impl FnMut(&mut Reader<'a>) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(item(self)?);
+        }
+        Ok(out)
+    }
+
+    /// A count (u32), then that many items, each read by `item`. Every item takes at least
+    /// one byte: a count beyond the bytes left is damage, refused before anything is
+    /// allocated for it.
+    pub fn list<T>(
+        &mut self,
+        item: impl FnMut(&mut Reader<'a>) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let count = self.u32()? as usize;
+        if count > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        self.repeat(count, item)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rest.is_empty()
     }

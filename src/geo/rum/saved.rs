@@ -101,45 +101,31 @@ pub fn decode(bytes: &[u8]) -> Result<Saved, DecodeError> {
     let (mut r, _) = Reader::open(bytes, MAGIC, VERSION)?;
     let saved_at = r.u64()?;
     let regions = r.names()?;
-    let count = r.u32()? as usize;
-    // Each network takes at least its one-byte head: a count beyond the bytes is damage.
-    if count > r.remaining() {
-        return Err(DecodeError::Truncated);
-    }
-    let mut networks = Vec::with_capacity(count);
-    for _ in 0..count {
+    let networks = r.list(|r| {
         let net = r.net()?;
-        let mut rings = Vec::with_capacity(regions.len());
-        for _ in 0..regions.len() {
+        let rings = r.repeat(regions.len(), |r| {
             let n = r.u8()? as usize;
             if n > SAMPLES_KEPT {
                 return Err(DecodeError::Invalid("more samples than a network keeps"));
             }
-            let mut ring = Vec::with_capacity(n);
-            for _ in 0..n {
+            r.repeat(n, |r| {
                 let (age, ms) = (r.u32()?, r.f32()?);
                 if !(ms.is_finite() && ms > 0.0) {
                     return Err(DecodeError::Invalid("a round trip is not a positive number"));
                 }
-                ring.push((age, ms));
-            }
-            rings.push(ring);
-        }
-        networks.push((net, rings));
-    }
-    let count = r.u32()? as usize;
-    if count > r.remaining() {
-        return Err(DecodeError::Truncated);
-    }
-    let mut preferred = Vec::with_capacity(count);
-    for _ in 0..count {
+                Ok((age, ms))
+            })
+        })?;
+        Ok((net, rings))
+    })?;
+    let preferred = r.list(|r| {
         let net = r.net()?;
         let p = r.u8()? as usize;
         if p >= regions.len() {
             return Err(DecodeError::Invalid("a preferred region out of range"));
         }
-        preferred.push((net, p));
-    }
+        Ok((net, p))
+    })?;
     if !r.is_empty() {
         return Err(DecodeError::Invalid("bytes after the last preference"));
     }

@@ -95,28 +95,21 @@ pub fn decode_node(bytes: &[u8]) -> Result<NodeRecord, DecodeError> {
     let (mut r, _) = Reader::open(bytes, NODE_MAGIC, VERSION)?;
     let at = r.u64()?;
     let regions = r.names()?;
-    let count = r.u32()? as usize;
-    if count > r.remaining() {
-        return Err(DecodeError::Truncated);
-    }
-    let mut networks = Vec::with_capacity(count);
-    for _ in 0..count {
+    let networks = r.list(|r| {
         let net = r.net()?;
-        let mut points = Vec::with_capacity(regions.len());
-        for _ in 0..regions.len() {
+        let points = r.repeat(regions.len(), |r| {
             let count = u32::from(r.u8()?);
             if count == 0 {
-                points.push(None);
-                continue;
+                return Ok(None);
             }
             let (ms, weight) = (r.f32()?, r.f32()?);
             if !(ms.is_finite() && ms > 0.0 && weight.is_finite() && weight >= 0.0) {
                 return Err(DecodeError::Invalid("a figure is not a positive number"));
             }
-            points.push(Some(Point { ms, weight: f64::from(weight), count }));
-        }
-        networks.push((net, points));
-    }
+            Ok(Some(Point { ms, weight: f64::from(weight), count }))
+        })?;
+        Ok((net, points))
+    })?;
     if !r.is_empty() {
         return Err(DecodeError::Invalid("bytes after the last network"));
     }
@@ -231,26 +224,20 @@ pub fn decode_table(bytes: &[u8]) -> Result<TableChunk, DecodeError> {
         return Err(DecodeError::Invalid("a chunk index past the chunk count"));
     }
     let regions = r.names()?;
-    let n = r.u32()? as usize;
-    if n > r.remaining() {
-        return Err(DecodeError::Truncated);
-    }
-    let mut rows = Vec::with_capacity(n);
-    for _ in 0..n {
+    let rows = r.list(|r| {
         let net = r.net()?;
         let preferred = match r.u8()? {
             u8::MAX => None,
             p if (p as usize) < regions.len() => Some(p as usize),
             _ => return Err(DecodeError::Invalid("a preferred region out of range")),
         };
-        let mut cells = Vec::with_capacity(regions.len());
-        for _ in 0..regions.len() {
+        let cells = r.repeat(regions.len(), |r| {
             let samples = r.u32()?;
             let ms = if samples > 0 { r.f32()? } else { 0.0 };
-            cells.push(Measured { ms, samples });
-        }
-        rows.push((net, cells, preferred));
-    }
+            Ok(Measured { ms, samples })
+        })?;
+        Ok((net, cells, preferred))
+    })?;
     if !r.is_empty() {
         return Err(DecodeError::Invalid("bytes after the last row"));
     }

@@ -1,10 +1,13 @@
 //! The etcd client as steerdns uses it: connecting with the settings of `cluster.etcd`,
-//! reading a whole prefix at one revision in pages, and the backoff every reconnecting
-//! loop waits by.
+//! reading a whole prefix at one revision in pages, reading a watch, and the backoff every
+//! reconnecting loop waits by.
 
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions, WatchResponse,
+    WatchStream,
+};
 
 use crate::model::cluster::EtcdSettings;
 
@@ -182,6 +185,15 @@ pub async fn within<T>(
     match tokio::time::timeout(limit, request).await {
         Ok(answer) => answer.map_err(EtcdError::from),
         Err(_) => Err(EtcdError::Timeout(limit)),
+    }
+}
+
+/// The next response of a watch; the stream's end is a lost connection.
+pub async fn next_response(stream: &mut WatchStream) -> Result<WatchResponse, EtcdError> {
+    match stream.message().await {
+        Ok(Some(resp)) => Ok(resp),
+        Ok(None) => Err(EtcdError::Unreachable("the connection was closed".into())),
+        Err(e) => Err(e.into()),
     }
 }
 

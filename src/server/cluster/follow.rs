@@ -16,7 +16,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::etcd::{Backoff, EtcdError, MAX_MESSAGE, fetch_range, prefix_end};
+use super::etcd::{
+    Backoff, EtcdError, MAX_MESSAGE, fetch_range, next_response, prefix_end, within,
+};
 
 /// Keys remembered as warned about, at most: past it they are forgotten (and warned about
 /// again) rather than memory grow.
@@ -224,14 +226,9 @@ impl Follower {
             Err(e) => return Ended::Failed(e),
         };
         loop {
-            let resp = match stream.message().await {
-                Ok(Some(resp)) => resp,
-                Ok(None) => {
-                    return Ended::Failed(EtcdError::Unreachable(
-                        "the connection was closed".into(),
-                    ));
-                }
-                Err(e) => return Ended::Failed(e.into()),
+            let resp = match next_response(&mut stream).await {
+                Ok(resp) => resp,
+                Err(e) => return Ended::Failed(e),
             };
             if resp.compact_revision() > 0 {
                 return Ended::Compacted(resp.compact_revision());
@@ -263,12 +260,7 @@ impl Follower {
             .with_start_revision(from)
             .with_progress_notify();
         let mut watches = self.session.client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-        let opened = watches.watch(self.range.start.as_str(), Some(options));
-        match tokio::time::timeout(OPEN_LIMIT, opened).await {
-            Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(EtcdError::Timeout(OPEN_LIMIT)),
-        }
+        within(OPEN_LIMIT, watches.watch(self.range.start.as_str(), Some(options))).await
     }
 
     /// Hands over the changes of one response; false when the consumer is gone.

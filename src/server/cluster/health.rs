@@ -98,11 +98,17 @@ impl HealthViews {
     }
 
     /// How many views of each replica count now (this one's: its monitored endpoints), by
-    /// node; only this replica's while the others' do not count.
+    /// node; only this replica's while the others' do not count. Another replica's view
+    /// counts when it is of an endpoint monitored here: views under another endpoint id
+    /// (an endpoint defined differently, or not at all, here; keys of the layout before
+    /// endpoint ids, which a replica of an older version writes during a rolling upgrade)
+    /// are read but take part in no verdict.
     pub fn view_counts(&self) -> BTreeMap<String, usize> {
         let state = self.lock();
         let mut counts = BTreeMap::new();
-        for nodes in state.remote.values().filter(|_| state.agreed) {
+        let used =
+            state.remote.iter().filter(|(id, _)| state.agreed && state.own.contains_key(*id));
+        for (_, nodes) in used {
             for node in nodes.keys() {
                 *counts.entry(node.clone()).or_insert(0) += 1;
             }
@@ -735,8 +741,9 @@ mod tests {
         );
         let nodes: Vec<String> = views.views(&k, &mine).into_iter().map(|v| v.node).collect();
         assert_eq!(nodes, ["node-0", "node-1", "node-2"]);
+        // node-1's view of `other~0`, an endpoint not monitored here, counts in nothing.
         let counts = views.view_counts();
-        assert_eq!((counts["node-0"], counts["node-1"], counts["node-2"]), (1, 2, 1));
+        assert_eq!((counts["node-0"], counts["node-1"], counts["node-2"]), (1, 1, 1));
         // The same views again affect nothing; without etcd only the own view counts.
         assert!(views.replace_remote(&entries).is_empty());
         assert!(views.set_agreed(false));

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
-use super::etcd::{Backoff, EtcdError};
+use super::etcd::{self, Backoff, EtcdError};
 
 /// Longest wait for one request (the claim, opening the watch, resigning).
 const REQUEST_LIMIT: Duration = Duration::from_secs(5);
@@ -175,24 +175,16 @@ impl Campaign {
             // Every change of the key after the claim, until it is deleted.
             let options = WatchOptions::new().with_start_revision(revision + 1);
             let mut watches = self.session.client.watch_client();
-            let opened = tokio::time::timeout(
-                REQUEST_LIMIT,
-                watches.watch(self.key.as_str(), Some(options)),
-            );
+            let opened =
+                etcd::within(REQUEST_LIMIT, watches.watch(self.key.as_str(), Some(options)));
             let mut stream = match opened.await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => return Ended::Failed(e.into()),
-                Err(_) => return Ended::Failed(EtcdError::Timeout(REQUEST_LIMIT)),
+                Ok(stream) => stream,
+                Err(e) => return Ended::Failed(e),
             };
             'watch: loop {
-                let resp = match stream.message().await {
-                    Ok(Some(resp)) => resp,
-                    Ok(None) => {
-                        return Ended::Failed(EtcdError::Unreachable(
-                            "the connection was closed".into(),
-                        ));
-                    }
-                    Err(e) => return Ended::Failed(e.into()),
+                let resp = match etcd::next_response(&mut stream).await {
+                    Ok(resp) => resp,
+                    Err(e) => return Ended::Failed(e),
                 };
                 // Compacted past the claim: claim again, which reads the key anew.
                 if resp.compact_revision() > 0 {

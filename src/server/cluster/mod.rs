@@ -5,9 +5,10 @@
 //! etcd; `applied` how far this replica applied a prefix it follows; `nodes` registers
 //! this replica; `health` the health views agreed across replicas; `overrides` shares
 //! drains and weights (`override_record`: how they are kept in etcd); `pushed` shares
-//! pushed health (`pushed_record`: how it is kept in etcd); `leader` chooses one replica
-//! to lead a role (the load control step, the merge of real user measurements); `load`
-//! shares the load shares its leader computes; `rum` shares real user measurements.
+//! pushed health (`pushed_record`: how it is kept in etcd); `mirror` keeps what a replica
+//! read of either prefix and hands it to the part that applies it; `leader` chooses one
+//! replica to lead a role (the load control step, the merge of real user measurements);
+//! `load` shares the load shares its leader computes; `rum` shares real user measurements.
 
 pub mod applied;
 pub mod etcd;
@@ -15,6 +16,7 @@ pub mod follow;
 pub mod health;
 pub mod leader;
 pub mod load;
+pub mod mirror;
 pub mod nodes;
 pub mod override_record;
 pub mod overrides;

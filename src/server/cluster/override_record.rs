@@ -1,7 +1,8 @@
 //! How replicas keep run-time overrides in etcd: one key per endpoint,
 //! `<prefix>overrides/<profile>/<endpoint>` (each part percent-escaped, so that a `/` in a
 //! name cannot move it), holding `{"drained", "weight", "by", "at"}`; and `View`, what one
-//! replica last read of that prefix, turned into the `Overrides` every load applies.
+//! replica last read of that prefix (`mirror::View`), turned into the `Overrides` every
+//! load applies.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -9,6 +10,7 @@ use std::time::SystemTime;
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 
+use super::mirror::{self, Stored};
 use crate::config::{Override, Overrides};
 use crate::wire::name::WireName;
 
@@ -91,53 +93,28 @@ impl Record {
     }
 }
 
-/// The overrides prefix as one replica last read it: every valid key's target and record.
-#[derive(Clone, Debug, Default)]
-pub struct View {
-    prefix: String,
-    entries: BTreeMap<String, ((String, String), Record)>,
+impl Stored for Record {
+    fn decode(value: &[u8]) -> Result<Record, String> {
+        Record::decode(value)
+    }
+
+    fn author(&self) -> Option<&str> {
+        Some(self.by.as_str()).filter(|by| !by.is_empty())
+    }
 }
 
+/// The overrides prefix as one replica last read it: every valid key's target and record.
+pub type View = mirror::View<Record>;
+
 impl View {
-    pub fn new(prefix: &str) -> View {
-        View { prefix: prefix.to_string(), entries: BTreeMap::new() }
-    }
-
-    /// Takes in a key's new value. `Ok` has the target and its record; `Err` says why
-    /// the key is left out (it is then as if deleted).
-    pub fn put(&mut self, key: &str, value: &[u8]) -> Result<(&(String, String), &Record), String> {
-        let parsed = parse_key(&self.prefix, key).and_then(|t| Ok((t, Record::decode(value)?)));
-        match parsed {
-            Ok(entry) => {
-                self.entries.insert(key.to_string(), entry);
-                let (target, record) = &self.entries[key];
-                Ok((target, record))
-            }
-            Err(e) => {
-                self.entries.remove(key);
-                Err(e)
-            }
-        }
-    }
-
-    pub fn delete(&mut self, key: &str) {
-        self.entries.remove(key);
-    }
-
     /// What the configuration applies. Two keys for one endpoint (spelled differently) is
     /// a hand edit: the later key wins.
     pub fn overrides(&self) -> Overrides {
         let mut out = Overrides::default();
-        for ((profile, endpoint), record) in self.entries.values() {
+        for ((profile, endpoint), record) in self.records() {
             out.set(profile, endpoint, record.overrides());
         }
         out
-    }
-
-    /// Who last set each endpoint's overrides, where the value says.
-    pub fn authors(&self) -> Authors {
-        let named = self.entries.values().filter(|(_, r)| !r.by.is_empty());
-        named.map(|(t, r)| (t.clone(), r.by.clone())).collect()
     }
 }
 

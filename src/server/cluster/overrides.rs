@@ -9,12 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use super::etcd;
-use super::follow::{self, Event, KeyRange, Warned};
+use super::mirror::{Consumer, Mirror};
 use super::override_record::{Authors, Record, View, key};
 use crate::server::control::Control;
 use crate::server::overrides::{self, Change, OverrideError, OverrideState};
@@ -108,130 +107,56 @@ async fn ask<T>(
 }
 
 /// Follows `<prefix>overrides/` for one replica and applies what etcd holds.
-pub struct Follower {
+pub type Follower = Mirror<Applier>;
+
+/// Applies the overrides etcd holds to this replica's configuration.
+pub struct Applier {
     control: Arc<Control>,
-    prefix: String,
-    events: mpsc::Receiver<Event>,
-    /// The overrides as last read and followed.
-    view: View,
-    /// Keys already warned about, so that a key that stays wrong is logged once.
-    warned: Warned,
 }
 
-impl Follower {
-    /// Starts following the overrides etcd holds and applies the first read, waiting at
-    /// most `ETCD_LIMIT`: at startup, before the listeners open, so that a replica started
-    /// later never answers with an endpoint the others drained. When etcd does not answer
-    /// in time it says what applies instead; `run` applies etcd's as soon as it answers.
-    pub async fn start(
-        control: Arc<Control>,
-        session: Arc<Session>,
-        cancel: CancellationToken,
-    ) -> Follower {
-        let prefix = session.settings.etcd.overrides_prefix();
-        let events = follow::spawn(session, KeyRange::prefix(&prefix), None, cancel);
-        let view = View::new(&prefix);
-        let mut f = Follower { control, prefix, events, view, warned: Warned::default() };
-        let error = match follow::first_read(&mut f.events, ETCD_LIMIT).await {
-            Ok(snapshot) => {
-                f.take(snapshot).await;
-                return f;
-            }
-            Err(error) => error,
-        };
-        match f.control.state_file() {
-            Some(path) => tracing::warn!(
-                error,
-                state_file = %path.display(),
-                "cannot read the overrides from etcd at startup; applying the state file's copy until etcd answers"
-            ),
-            None => tracing::warn!(
-                error,
-                "cannot read the overrides from etcd at startup and there is no state_file with a copy: none apply until etcd answers"
-            ),
-        }
-        f
+/// Starts following the overrides etcd holds and applies the first read, waiting at most
+/// `ETCD_LIMIT`: at startup, before the listeners open, so that a replica started later
+/// never answers with an endpoint the others drained. When etcd does not answer in time it
+/// says what applies instead; `run` applies etcd's as soon as it answers.
+pub async fn follow(
+    control: Arc<Control>,
+    session: Arc<Session>,
+    cancel: CancellationToken,
+) -> Follower {
+    let prefix = session.settings.etcd.overrides_prefix();
+    let state_file = control.state_file();
+    let mut f = Mirror::spawn(Applier { control }, session, &prefix, cancel);
+    let Err(error) = f.first_read(ETCD_LIMIT).await else {
+        return f;
+    };
+    match state_file {
+        Some(path) => tracing::warn!(
+            error,
+            state_file = %path.display(),
+            "cannot read the overrides from etcd at startup; applying the state file's copy until etcd answers"
+        ),
+        None => tracing::warn!(
+            error,
+            "cannot read the overrides from etcd at startup and there is no state_file with a copy: none apply until etcd answers"
+        ),
     }
-
-    /// Follows the prefix until `cancel`, applying every snapshot (at the first read, and
-    /// again after a compaction: only what differs from what is applied is rebuilt) and
-    /// every batch of changes.
-    pub async fn run(mut self, cancel: CancellationToken) {
-        loop {
-            let event = tokio::select! {
-                _ = cancel.cancelled() => return,
-                event = self.events.recv() => event,
-            };
-            match event {
-                Some(event) => {
-                    self.take(event).await;
-                }
-                None => return,
-            }
-        }
-    }
-
-    /// Applies one event of the follower; false when it was not a snapshot or changes.
-    async fn take(&mut self, event: Event) -> bool {
-        match event {
-            Event::Snapshot { revision, entries } => {
-                self.view = View::new(&self.prefix);
-                for e in &entries {
-                    if let Err(why) = self.view.put(&e.key, &e.value) {
-                        self.warn(&e.key, why);
-                    }
-                }
-                apply(&self.control, &self.view, self.view.authors(), revision).await;
-                true
-            }
-            Event::Changes { revision, changes } => {
-                // Who made each change of this batch: an emptied override's author is in
-                // the value written just before its key was deleted, perhaps in the same
-                // batch.
-                let mut authors = Authors::new();
-                for change in &changes {
-                    match &change.value {
-                        Some(value) => match self.view.put(&change.key, value) {
-                            Ok((target, record)) if !record.by.is_empty() => {
-                                authors.insert(target.clone(), record.by.clone());
-                            }
-                            Ok(_) => {}
-                            Err(why) => self.warn(&change.key, why),
-                        },
-                        None => self.view.delete(&change.key),
-                    }
-                }
-                let mut all = self.view.authors();
-                all.append(&mut authors);
-                apply(&self.control, &self.view, all, revision).await;
-                true
-            }
-            Event::Lost { error } => {
-                tracing::debug!(%error, "overrides not followed until etcd is back");
-                false
-            }
-            Event::Resumed { revision } => {
-                tracing::debug!(revision, "following the overrides in etcd again");
-                false
-            }
-        }
-    }
-
-    fn warn(&mut self, key: &str, why: String) {
-        if self.warned.first(key) {
-            tracing::warn!(%key, why, "etcd key under overrides/ ignored");
-        }
-    }
+    f
 }
 
-/// `Control::apply_shared_overrides` off the runtime's threads: a rebuild of a large
-/// configuration takes a while.
-async fn apply(control: &Arc<Control>, view: &View, authors: Authors, revision: i64) {
-    let (control, next) = (control.clone(), view.overrides());
-    let applied = tokio::task::spawn_blocking(move || {
-        control.apply_shared_overrides(next, &authors, revision)
-    });
-    if let Err(e) = applied.await {
-        std::panic::resume_unwind(e.into_panic());
+impl Consumer for Applier {
+    type Record = Record;
+    const WHAT: &'static str = "overrides";
+    const UNDER: &'static str = "overrides/";
+
+    /// `Control::apply_shared_overrides` off the runtime's threads: a rebuild of a large
+    /// configuration takes a while. Only what differs from what is applied is rebuilt.
+    async fn apply(&mut self, view: &View, authors: Authors, revision: i64) {
+        let (control, next) = (self.control.clone(), view.overrides());
+        let applied = tokio::task::spawn_blocking(move || {
+            control.apply_shared_overrides(next, &authors, revision)
+        });
+        if let Err(e) = applied.await {
+            std::panic::resume_unwind(e.into_panic());
+        }
     }
 }

@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Session;
 use super::etcd;
-use super::follow::{self, Event, KeyRange, Warned};
+use super::mirror::{Consumer, Mirror};
 use super::override_record::{Authors, key};
 use super::pushed_record::{Push, Record, Step, Target, View, steps};
 use crate::probe::{PushError, PushedHealth};
@@ -137,104 +136,47 @@ async fn wait_applied(control: &Control, key: &str, revision: i64) {
 }
 
 /// Follows `<prefix>health_pushed/` for one replica and applies the pushes etcd holds.
-pub struct Follower {
+pub type Follower = Mirror<Applier>;
+
+/// Applies the pushes etcd holds to this replica's prober.
+pub struct Applier {
     control: Arc<Control>,
-    prefix: String,
-    events: mpsc::Receiver<Event>,
-    /// The prefix as last read and followed.
-    view: View,
     /// The pushes applied to the prober, as etcd held them.
     applied: BTreeMap<Target, Push>,
-    warned: Warned,
 }
 
-impl Follower {
-    /// Starts following the pushes etcd holds and applies the first read, waiting at most
-    /// `ETCD_LIMIT`: at startup, before the listeners open, so that a replica started after
-    /// a push answers with it from its first query. From now on the prober keeps pushes for
-    /// endpoints this configuration lacks (they apply when one appears).
-    pub async fn start(
-        control: Arc<Control>,
-        session: Arc<Session>,
-        cancel: CancellationToken,
-    ) -> Follower {
-        control.prober.share_pushes();
-        let prefix = session.settings.etcd.pushed_prefix();
-        let events = follow::spawn(session, KeyRange::prefix(&prefix), None, cancel);
-        let view = View::new(&prefix);
-        let (applied, warned) = (BTreeMap::new(), Warned::default());
-        let mut f = Follower { control, prefix, events, view, applied, warned };
-        match follow::first_read(&mut f.events, ETCD_LIMIT).await {
-            Ok(snapshot) => f.take(snapshot),
-            Err(error) => tracing::warn!(
-                error,
-                "cannot read the pushed health from etcd at startup: none applies until etcd answers"
-            ),
-        }
-        f
+/// Starts following the pushes etcd holds and applies the first read, waiting at most
+/// `ETCD_LIMIT`: at startup, before the listeners open, so that a replica started after a
+/// push answers with it from its first query. From now on the prober keeps pushes for
+/// endpoints this configuration lacks (they apply when one appears).
+pub async fn follow(
+    control: Arc<Control>,
+    session: Arc<Session>,
+    cancel: CancellationToken,
+) -> Follower {
+    control.prober.share_pushes();
+    let prefix = session.settings.etcd.pushed_prefix();
+    let applier = Applier { control, applied: BTreeMap::new() };
+    let mut f = Mirror::spawn(applier, session, &prefix, cancel);
+    if let Err(error) = f.first_read(ETCD_LIMIT).await {
+        tracing::warn!(
+            error,
+            "cannot read the pushed health from etcd at startup: none applies until etcd answers"
+        );
     }
+    f
+}
 
-    /// Follows the prefix until `cancel`, applying every read of it (the first, and again
-    /// after a compaction: only what differs from what is applied changes) and every batch
-    /// of changes.
-    pub async fn run(mut self, cancel: CancellationToken) {
-        loop {
-            let event = tokio::select! {
-                _ = cancel.cancelled() => return,
-                event = self.events.recv() => event,
-            };
-            match event {
-                Some(event) => self.take(event),
-                None => return,
-            }
-        }
-    }
-
-    fn take(&mut self, event: Event) {
-        match event {
-            Event::Snapshot { revision, entries } => {
-                self.view = View::new(&self.prefix);
-                for e in &entries {
-                    if let Err(why) = self.view.put(&e.key, &e.value) {
-                        self.warn(&e.key, why);
-                    }
-                }
-                self.apply(Authors::new(), revision);
-            }
-            Event::Changes { revision, changes } => {
-                // Who cleared what in this batch: a clear's author is in the value written
-                // just before its key was deleted, perhaps in the same batch.
-                let mut clearers = Authors::new();
-                for change in &changes {
-                    match &change.value {
-                        Some(value) => match self.view.put(&change.key, value) {
-                            Ok((target, Record::Cleared { by })) if !by.is_empty() => {
-                                clearers.insert(target.clone(), by.clone());
-                            }
-                            Ok(_) => {}
-                            Err(why) => self.warn(&change.key, why),
-                        },
-                        None => self.view.delete(&change.key),
-                    }
-                }
-                self.apply(clearers, revision);
-            }
-            Event::Lost { error } => {
-                tracing::debug!(%error, "pushed health not followed until etcd is back");
-            }
-            Event::Resumed { revision } => {
-                tracing::debug!(revision, "following the pushed health in etcd again");
-            }
-        }
-    }
+impl Consumer for Applier {
+    type Record = Record;
+    const WHAT: &'static str = "pushed health";
+    const UNDER: &'static str = "health_pushed/";
 
     /// Brings the prober's pushes to the view's, as of `revision`: each new push is
     /// logged and recorded by its `by` (unless it expired before it got here), each clear
-    /// by who made it (`clearers`, or the clears still in etcd).
-    fn apply(&mut self, mut clearers: Authors, revision: i64) {
-        let next = self.view.pushes();
-        let mut authors = self.view.clearers();
-        authors.append(&mut clearers);
+    /// by who made it (`authors`: the clears in this batch or still in etcd).
+    async fn apply(&mut self, view: &View, authors: Authors, revision: i64) {
+        let next = view.pushes();
         let (now, now_wall) = (Instant::now(), SystemTime::now());
         let (prober, events) = (&self.control.prober, &self.control.events);
         for step in steps(&self.applied, &next, &authors) {
@@ -258,11 +200,5 @@ impl Follower {
         }
         self.applied = next;
         self.control.pushed_revision.advance(revision);
-    }
-
-    fn warn(&mut self, key: &str, why: String) {
-        if self.warned.first(key) {
-            tracing::warn!(%key, why, "etcd key under health_pushed/ ignored");
-        }
     }
 }

@@ -3,8 +3,8 @@
 //! push, `{"healthy", "reason", "by", "at", "ttl"}` with `at` the pushing replica's wall
 //! clock (RFC 3339, UTC); or, for the moment before a clear deletes the key,
 //! `{"cleared": true, "by", "at"}`, so that every replica learns who cleared it. `View` is
-//! what one replica last read of that prefix, and `steps` what it must do to the pushes it
-//! applied to hold the view's.
+//! what one replica last read of that prefix (`mirror::View`), and `steps` what it must do
+//! to the pushes it applied to hold the view's.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -12,16 +12,15 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::override_record::{Authors, parse_key};
+pub use super::mirror::Target;
+use super::mirror::{self, Stored};
+use super::override_record::Authors;
 use crate::probe::PushedHealth;
 use crate::probe::pushed::{MAX_TEXT, MAX_TTL, MIN_TTL, expiry};
 
 /// The largest value read: a record with `reason` and `by` at `MAX_TEXT` bytes each, every
 /// byte escaped as JSON's six-character `\uXXXX`, and room for the rest.
 pub const MAX_VALUE: usize = 2 * 6 * MAX_TEXT + 512;
-
-/// A (profile, endpoint): the profile's absolute name as `Profile::name` spells it.
-pub type Target = (String, String);
 
 /// A push as stored: what it says, when and by whom.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,44 +136,29 @@ impl Record {
     }
 }
 
-/// The pushed-health prefix as one replica last read it: every valid key's target and
-/// record.
-#[derive(Clone, Debug, Default)]
-pub struct View {
-    prefix: String,
-    entries: BTreeMap<String, (Target, Record)>,
-}
-
-impl View {
-    pub fn new(prefix: &str) -> View {
-        View { prefix: prefix.to_string(), entries: BTreeMap::new() }
+impl Stored for Record {
+    fn decode(value: &[u8]) -> Result<Record, String> {
+        Record::decode(value)
     }
 
-    /// Takes in a key's new value. `Ok` has the target and its record; `Err` says why the
-    /// key is left out (it is then as if deleted).
-    pub fn put(&mut self, key: &str, value: &[u8]) -> Result<(&Target, &Record), String> {
-        let parsed = parse_key(&self.prefix, key).and_then(|t| Ok((t, Record::decode(value)?)));
-        match parsed {
-            Ok(entry) => {
-                self.entries.insert(key.to_string(), entry);
-                let (target, record) = &self.entries[key];
-                Ok((target, record))
-            }
-            Err(e) => {
-                self.entries.remove(key);
-                Err(e)
-            }
+    /// Only a clear names who made it: a push's `by` is part of the push.
+    fn author(&self) -> Option<&str> {
+        match self {
+            Record::Cleared { by } if !by.is_empty() => Some(by),
+            _ => None,
         }
     }
+}
 
-    pub fn delete(&mut self, key: &str) {
-        self.entries.remove(key);
-    }
+/// The pushed-health prefix as one replica last read it: every valid key's target and
+/// record.
+pub type View = mirror::View<Record>;
 
+impl View {
     /// The pushes that apply. Two keys for one endpoint (spelled differently) is a hand
     /// edit: the later key wins.
     pub fn pushes(&self) -> BTreeMap<Target, Push> {
-        let pushes = self.entries.values().filter_map(|(t, r)| match r {
+        let pushes = self.records().filter_map(|(t, r)| match r {
             Record::Push(p) => Some((t.clone(), p.clone())),
             Record::Cleared { .. } => None,
         });
@@ -183,11 +167,7 @@ impl View {
 
     /// Who cleared each endpoint whose clear is still in etcd.
     pub fn clearers(&self) -> Authors {
-        let cleared = self.entries.values().filter_map(|(t, r)| match r {
-            Record::Cleared { by } if !by.is_empty() => Some((t.clone(), by.clone())),
-            _ => None,
-        });
-        cleared.collect()
+        self.authors()
     }
 }
 
