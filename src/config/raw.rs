@@ -173,9 +173,9 @@ pub struct RawLoad {
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Probe")]
 pub struct RawProbe {
-    /// The address probes connect from: an IPv4 address, an IPv6 address, or a list of
-    /// at most one of each. Probes to an address of the other family let the system
-    /// choose. Applies from each probe's next check after a reload.
+    /// The address probes (and pulled load feeds) connect from: an IPv4 address, an IPv6
+    /// address, or a list of at most one of each. Probes to an address of the other family
+    /// let the system choose. Applies from each probe's next check after a reload.
     #[schemars(with = "Option<SourceAddress>")]
     pub source_address: Option<Loc<SourceAddresses>>,
 }
