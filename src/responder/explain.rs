@@ -13,9 +13,9 @@ use serde::Serialize;
 
 use super::{Packet, Transport, respond};
 use crate::geo::rum::MeasuredLatency;
-use crate::model::Target;
 use crate::model::health::{HealthView, Status};
 use crate::model::snapshot::Snapshot;
+use crate::model::{Endpoint, Target};
 use crate::routing::{LoadLookup, Trace};
 use crate::wire::Rcode;
 use crate::wire::name::WireName;
@@ -126,6 +126,12 @@ pub fn profiles_reached(snap: &Snapshot, name: &Name) -> Vec<usize> {
     seen
 }
 
+/// Whether explain lists `ep`'s monitors: when it has several, or one that is not a probe
+/// (pushed, file), whose status is not simply a probe's.
+pub fn lists_monitors(ep: &Endpoint) -> bool {
+    ep.monitors.len() > 1 || ep.monitors.iter().any(|m| !m.is_probed())
+}
+
 /// What `steerdns explain` shows for monitors, which it does not run: each endpoint the
 /// name leads to with several monitors (or a pushed or file one), as the admin API's
 /// explain selects them, with its rule and the status `health` gives it (online, or
@@ -140,8 +146,7 @@ pub fn configured_monitors(
     for id in profiles_reached(snap, name) {
         let p = &snap.profiles[id];
         for ep in &p.endpoints {
-            let shown = ep.monitors.len() > 1 || ep.monitors.iter().any(|m| !m.is_probed());
-            let Some(slot) = ep.health_slot.filter(|_| shown) else { continue };
+            let Some(slot) = ep.health_slot.filter(|_| lists_monitors(ep)) else { continue };
             let status = health.status(slot);
             let reason = if downs.iter().any(|(s, _)| *s == slot) {
                 "marked down with --down".to_string()
