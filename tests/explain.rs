@@ -10,6 +10,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 use steerdns::geo::GeoDb;
@@ -61,6 +62,8 @@ struct Explained {
     answer: Vec<String>,
     authority: Vec<String>,
     trace: Vec<String>,
+    /// The lines of the `monitors:` section, trimmed.
+    monitors: Vec<String>,
 }
 
 impl Explained {
@@ -72,6 +75,7 @@ impl Explained {
             answer: Vec::new(),
             authority: Vec::new(),
             trace: Vec::new(),
+            monitors: Vec::new(),
         };
         let mut section = "";
         for line in text.lines() {
@@ -80,7 +84,7 @@ impl Explained {
             } else if let Some(s) = line.strip_prefix("scope:") {
                 let n = s.trim().trim_start_matches('/').split_whitespace().next().unwrap();
                 e.scope = Some(n.parse().unwrap_or_else(|_| panic!("scope line {line:?}")));
-            } else if line == "answer:" || line == "trace:" {
+            } else if ["answer:", "trace:", "monitors:"].contains(&line) {
                 section = line;
             } else if section == "answer:" {
                 let rr = line.trim();
@@ -95,6 +99,8 @@ impl Explained {
             } else if section == "trace:" {
                 let t = line.trim().strip_prefix("- ").unwrap_or(line.trim());
                 e.trace.push(t.to_string());
+            } else if section == "monitors:" {
+                e.monitors.push(line.trim().to_string());
             }
         }
         assert!(!e.rcode.is_empty(), "no rcode line in {text}");
@@ -501,4 +507,96 @@ fn geo_build_reports_bad_rows_with_their_position() {
     let run = steerdns(&["geo", "build", missing.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(run.code, 1, "{run:#?}");
     assert!(run.stdout.contains("missing.csv"), "{run:#?}");
+}
+
+/// A profile whose endpoints have several monitors (`a`), one (`b`), a pushed one (`c`),
+/// and a nested profile with several (`child/x`); every probe at a closed port.
+const MONITORED: &str = "name: mon\nrouting: priority\nendpoints:
+  - name: a
+    target: 127.0.0.1
+    monitor_rule: any
+    monitors:
+      - { name: web, protocol: http, port: 1 }
+      - { name: db, protocol: tcp, port: 2 }
+  - { name: b, target: 127.0.0.2, monitor: { protocol: tcp, port: 3 } }
+  - name: c
+    target: 127.0.0.3
+    monitors:
+      - { name: ops, protocol: pushed, missing: last_known }
+  - { name: n, profile: child }
+---
+name: child
+routing: priority
+endpoints:
+  - name: x
+    target: 127.0.0.4
+    monitor_rule: { at_least: 1 }
+    monitors:
+      - { name: one, protocol: tcp, port: 4 }
+      - { name: two, protocol: https, port: 5 }
+";
+
+/// Offline, explain lists the monitors it does not run: each endpoint of the profile and of
+/// the profiles it nests with several monitors or a pushed one, with its rule, the status
+/// explain took (online, or degraded for `--down`) and every monitor as configured, not
+/// probed. The running server's explain lists the same endpoints, rules and monitors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_lists_the_configured_monitors_as_the_server_does() {
+    let h = Harness::with_admin_and_keys(&[("mon.yaml", MONITORED)], "").await;
+    let config = h.dir.path().join("steerdns.yaml");
+    let e = explain(&config, "mon", "A", "192.0.2.1", &["mon/c"]);
+    let (mon, child) = (fq("mon"), fq("child"));
+    let want = [
+        format!("{mon}/a: online by rule any (not probed offline: taken as online)"),
+        "web (http): not probed offline".into(),
+        "db (tcp): not probed offline".into(),
+        format!("{mon}/c: degraded by rule all (marked down with --down)"),
+        "ops (pushed): not probed offline".into(),
+        format!("{child}/x: online by rule at_least 1 (not probed offline: taken as online)"),
+        "one (tcp): not probed offline".into(),
+        "two (https): not probed offline".into(),
+    ];
+    assert_eq!(e.monitors, want, "{}", e.text);
+
+    // What the server lists: (profile/endpoint, rule, [monitor (protocol)]).
+    let shape = |list: &serde_json::Value| -> Vec<(String, String, Vec<String>)> {
+        let s = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+        (list.as_array().into_iter().flatten())
+            .map(|m| {
+                let monitors = m["monitors"].as_array().unwrap().iter();
+                (
+                    format!("{}/{}", s(&m["profile"]), s(&m["endpoint"])),
+                    s(&m["rule"]),
+                    monitors
+                        .map(|x| format!("{} ({})", s(&x["name"]), s(&x["protocol"])))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let path = "/api/v1/explain?name=mon&type=A&client=192.0.2.1";
+    let mut online = Vec::new();
+    eventually(Duration::from_secs(15), "the server's explain lists the monitors", async || {
+        online = shape(&http_get(h.admin(), path, None).await.json()["monitors"]);
+        online.sort();
+        online.len() == 3
+    })
+    .await;
+    let offline: Vec<(String, String, Vec<String>)> = (e.monitors.iter())
+        .filter(|l| !l.ends_with(": not probed offline"))
+        .map(|l| {
+            let (endpoint, rest) = l.split_once(": ").unwrap();
+            let rule = rest.split_once(" by rule ").unwrap().1.split(" (").next().unwrap();
+            let monitors = (e.monitors.iter())
+                .skip_while(|m| *m != l)
+                .skip(1)
+                .take_while(|m| m.ends_with(": not probed offline"))
+                .map(|m| m.trim_end_matches(": not probed offline").to_string());
+            (endpoint.to_string(), rule.to_string(), monitors.collect())
+        })
+        .collect();
+    let mut offline = offline;
+    offline.sort();
+    assert_eq!(offline, online);
+    h.stop().await;
 }

@@ -103,6 +103,7 @@ fn explained(h: &Harness, name: &str) -> String {
         explain::parse_type("A").unwrap(),
         ip("192.0.2.1"),
         None,
+        None,
     );
     e.trace.iter().find(|l| l.contains(" flattens ")).cloned().unwrap_or_else(|| panic!("{e:#?}"))
 }
@@ -274,4 +275,74 @@ async fn require_ad_refuses_unvalidated_answers() {
     let r = h.udp(&Q::new("flat.tm.example.test.", T_A)).await;
     assert_eq!(records(&r).iter().map(|x| x.0).collect::<Vec<_>>(), [ip("198.51.100.7")]);
     h.stop().await;
+}
+
+/// The answer records ("A 192.0.2.10") and the trace lines of `steerdns explain NAME A`
+/// run as the binary on `config`, which must succeed.
+fn explain_offline(config: &std::path::Path, name: &str) -> (Vec<String>, Vec<String>) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steerdns"))
+        .args(["explain", name, "A", "--client", "192.0.2.1", "-c", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run steerdns");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let (mut answer, mut trace, mut section) = (Vec::new(), Vec::new(), "");
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            section = line;
+        } else if section == "answer:" {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            answer.push(fields[3..].join(" "));
+        } else if section == "trace:" {
+            trace.push(line.trim().trim_start_matches("- ").to_string());
+        }
+    }
+    (answer, trace)
+}
+
+/// `steerdns explain` runs without a server, so it looks the flattened names the query
+/// leads to up itself, once, at the configured resolvers: with a resolver that never
+/// answers the trace says why the lookup failed and the next endpoint answers; with
+/// Unbound in front of Knot it answers what Knot serves (as kdig reads it) and traces the
+/// lookup as the server's explain does.
+#[test]
+fn offline_explain_looks_flattened_names_up_as_the_server_would() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let profiles = profiles();
+    let refs: Vec<(&str, &str)> = profiles.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    write_config(dir.path(), &refs);
+    let path = dir.path().join("steerdns.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let with_flatten =
+        |keys: &str| std::fs::write(&path, format!("{yaml}flatten:\n{keys}")).unwrap();
+
+    // Bound and never read: every query to it goes unanswered.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    with_flatten(&format!("  resolvers: [\"{silent_addr}\"]\n  timeout: 200ms\n"));
+    let (answer, trace) = explain_offline(&path, "flat");
+    assert_eq!(answer, ["A 198.51.100.7"], "{trace:#?}");
+    let failed = format!(
+        "flattened edge.{CDN} A: the lookup failed (resolvers of flatten.resolvers): no answer within 200ms"
+    );
+    assert!(trace.contains(&failed), "{trace:#?}");
+
+    if !Knot::available() || !Resolver::available() || !have_tool("kdig", "knot-dnsutils") {
+        return;
+    }
+    let knot = Knot::start(CDN, &cdn_zone(1, 300, "192.0.2.10", "2001:db8::10")).unwrap();
+    let resolver = Resolver::start(knot.addr, CDN).unwrap();
+    with_flatten(&format!("  resolvers: [\"{}\"]\n", resolver.addr));
+    let (answer, trace) = explain_offline(&path, "flat");
+    let cdn = knot.kdig_addrs(&format!("edge.{CDN}"), "A").unwrap();
+    let want: Vec<String> = cdn.iter().map(|a| format!("A {a}")).collect();
+    assert_eq!(answer, want, "{trace:#?}\n{}", resolver.log());
+    let flattens = format!(
+        "endpoint cdn flattens edge.{CDN} via www.{CDN}: A 192.0.2.10 from resolver {}",
+        resolver.addr
+    );
+    assert!(trace.iter().any(|l| l.starts_with(&flattens)), "{trace:#?}");
+    assert!(!trace.iter().any(|l| l.contains("lookup failed")), "{trace:#?}");
+    drop(silent);
 }

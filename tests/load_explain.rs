@@ -11,7 +11,7 @@ mod common;
 use hickory_proto::rr::{Name, RecordType};
 use steerdns::config;
 use steerdns::model::load::EndpointLoad;
-use steerdns::responder::explain::{AllHealthy, explain, explain_with_loads};
+use steerdns::responder::explain::{AllHealthy, explain};
 
 const PROFILES: &str = r#"name: www
 routing: priority
@@ -60,7 +60,7 @@ fn explain_shows_each_loaded_endpoint_and_what_the_draw_did() {
     let name = Name::from_ascii("www.tm.example.test.").unwrap();
     let client: IpAddr = "198.51.100.7".parse().unwrap();
     let health = AllHealthy(&*snap.health);
-    let e = explain_with_loads(snap, &health, &name, RecordType::A, client, None, loads);
+    let e = explain(snap, &health, &name, RecordType::A, client, None, Some(loads));
     assert_eq!(e.answer, ["www.tm.example.test. 30 IN A 192.0.2.3"], "{:#?}", e.trace);
     assert_eq!(
         lines_about_endpoints(&e.trace),
@@ -72,7 +72,7 @@ fn explain_shows_each_loaded_endpoint_and_what_the_draw_did() {
         e.trace
     );
     // Without the control loop's figures: the share alone.
-    let plain = explain(snap, &health, &name, RecordType::A, client, None);
+    let plain = explain(snap, &health, &name, RecordType::A, client, None, None);
     assert_eq!(plain.answer, e.answer);
     assert_eq!(
         lines_about_endpoints(&plain.trace),
@@ -98,7 +98,7 @@ fn explain_shows_weights_scaled_by_share_and_stale_readings() {
     let name = Name::from_ascii("api.tm.example.test.").unwrap();
     let client: IpAddr = "198.51.100.7".parse().unwrap();
     let health = AllHealthy(&*snap.health);
-    let e = explain_with_loads(snap, &health, &name, RecordType::A, client, None, loads);
+    let e = explain(snap, &health, &name, RecordType::A, client, None, Some(loads));
     assert_eq!(
         lines_about_endpoints(&e.trace),
         [

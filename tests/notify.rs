@@ -437,6 +437,86 @@ async fn alertmanager_sees_alerts_fire_and_resolve() {
     b.stop().await;
 }
 
+/// The alerts of one Alertmanager request that fire (no `endsAt`), as "alertname endpoint"
+/// with their `startsAt`, in label order.
+fn fired(body: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = (body.as_array().expect("an array of alerts").iter())
+        .filter(|a| a.get("endsAt").is_none())
+        .map(|a| {
+            let name = format!(
+                "{} {}",
+                a["labels"]["alertname"].as_str().unwrap(),
+                a["labels"].get("endpoint").and_then(Value::as_str).unwrap_or("-")
+            );
+            (name, a["startsAt"].as_str().unwrap().to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Open alerts are sent to Alertmanager again every `refresh` (1s here), with the
+/// `startsAt` they fired with, so that Alertmanager does not resolve them on its own; an
+/// alert resolved since is not among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alertmanager_gets_the_open_alerts_again_after_each_refresh() {
+    let a = HttpBackend::start("127.0.0.7").await;
+    let b = HttpBackend::start("127.0.0.8").await;
+    let c = HttpBackend::start("127.0.0.9").await;
+    let am = Receiver::start(&[], Answer::Status(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let notify = format!(
+        "notify:\n  webhooks:\n    - name: am\n      url: {}\n      format: alertmanager\n      \
+         refresh: 1s\n",
+        am.url("")
+    );
+    let path = write_config(dir.path(), &notify, &profile(&[&a, &b, &c]));
+    let server = Server::start(&path).await.unwrap();
+    let alerts = Alertmanager::default();
+    let online =
+        || async { recorded(&server).iter().filter(|(_, _, to)| to == "online").count() == 3 };
+    eventually(PATIENCE, "every endpoint online", online).await;
+    let b_port = b.addr;
+    a.stop().await;
+    b.stop().await;
+    eventually(PATIENCE, "a, b and the profile alerts fire", async || {
+        alerts.take(&am);
+        alerts.firing()
+            == ["SteerdnsEndpointDown a", "SteerdnsEndpointDown b", "SteerdnsProfileDegraded -"]
+    })
+    .await;
+    let b = HttpBackend::start_at(b_port).await;
+    eventually(PATIENCE, "b's alert resolves", async || {
+        alerts.take(&am);
+        alerts.resolved() == ["SteerdnsEndpointDown b"]
+    })
+    .await;
+    // The alerts as they fired (and were refreshed since): the refreshes to come must carry
+    // the same `startsAt`.
+    let first: std::collections::BTreeSet<(String, String)> = (am.bodies().iter())
+        .flat_map(fired)
+        .filter(|(n, _)| n != "SteerdnsEndpointDown b")
+        .collect();
+    let first: Vec<(String, String)> = first.into_iter().collect();
+    assert_eq!(first.len(), 2, "one startsAt each: {first:?}");
+    let after = am.requests().len();
+    eventually(PATIENCE, "two refreshes after b's alert resolved", async || {
+        let bodies = am.bodies();
+        bodies[after..].iter().filter(|b| fired(b) == first).count() >= 2
+    })
+    .await;
+    let bodies = am.bodies();
+    for body in &bodies[after..] {
+        assert_eq!(fired(body), first, "only the open alerts, as they fired: {body}");
+        assert!(body.as_array().unwrap().iter().all(|a| a.get("endsAt").is_none()), "{body}");
+    }
+    alerts.take(&am);
+    assert_eq!(alerts.firing(), ["SteerdnsEndpointDown a", "SteerdnsProfileDegraded -"]);
+    server.shutdown().await;
+    b.stop().await;
+    c.stop().await;
+}
+
 /// A stand-in for Alertmanager's alert store: alerts by their label set, firing while
 /// `endsAt` is absent or in the future (as Alertmanager reads `postableAlerts`).
 #[derive(Default)]

@@ -661,7 +661,8 @@ fn everything(snap: &steerdns::model::Snapshot) -> Vec<String> {
         for qtype in ["A", "AAAA", "CNAME"] {
             for client in clients {
                 let qtype = parse_type(qtype).unwrap();
-                let e = explain(snap, &AllHealthy(&*snap.health), &name, qtype, ip(client), None);
+                let e =
+                    explain(snap, &AllHealthy(&*snap.health), &name, qtype, ip(client), None, None);
                 // The authority section's SOA carries the serial, which depends on the
                 // history of changes (the number of records is compared).
                 let (rcode, answer, scope, trace) = (&e.rcode, &e.answer, e.scope, &e.trace);

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use common::{PATIENCE, Running, ZONE_ONLY_SERVER};
 use steerdns::model::health::Status;
+use steerdns::server::load::LoadEntry;
 use tokio::net::UdpSocket;
 use tokio::time::{Instant, sleep};
 use tokio_stream::StreamExt;
@@ -478,4 +479,70 @@ async fn grpc_and_feed_probes_connect_from_the_source_address() {
         assert!(reason.starts_with("cannot use source address 192.0.2.77: "), "{name}: {reason}");
     }
     s.stop().await;
+}
+
+/// The entries of endpoints `v4` and `v6` of `www` in the first load step where `done`
+/// holds of them.
+async fn wait_load(s: &Running, done: impl Fn(&LoadEntry, &LoadEntry) -> bool) -> [LoadEntry; 2] {
+    let deadline = Instant::now() + PATIENCE;
+    let www = common::fq("www");
+    loop {
+        let map = s.server.control().load.current();
+        if let (Some(v4), Some(v6)) = (map.get(&www, "v4"), map.get(&www, "v6"))
+            && done(v4, v6)
+        {
+            return [v4.clone(), v6.clone()];
+        }
+        assert!(Instant::now() < deadline, "no such load step: {map:#?}");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Pulled load feeds connect from `probe.source_address` as health feeds do, each from the
+/// address of its own family: a feed on 127.0.0.1 sees every read come from the configured
+/// 127.0.0.7, while a feed on [::1] fails every read for the IPv6 source this host lacks
+/// (neither happens where the system chooses). An IPv4 source this host lacks fails the
+/// IPv4 feed the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_feeds_connect_from_the_source_address() {
+    let (v4, v4_body, v4_peers) = feed_server("127.0.0.1").await;
+    let (v6, v6_body, v6_peers) = feed_server("::1").await;
+    set(&v4_body, "42");
+    set(&v6_body, "42");
+    let loaded = |name: &str, target: &str, feed: SocketAddr| {
+        format!(
+            "  - {{ name: {name}, target: {target}, always_serve: true, \
+             load: {{ capacity: 100, url: 'http://{feed}/load' }} }}\n"
+        )
+    };
+    let profiles = format!(
+        "name: www\nrouting: weighted\nendpoints:\n{}{}",
+        loaded("v4", "192.0.2.1", v4),
+        loaded("v6", "192.0.2.2", v6)
+    );
+    let with_source = |ips: &str| {
+        format!(
+            "{ZONE_ONLY_SERVER}probe:\n  source_address: {ips}\n\
+             load:\n  interval: 200ms\n  timeout: 150ms\n"
+        )
+    };
+
+    let s = Running::start_with(&with_source(r#"[127.0.0.7, "2001:db8::77"]"#), &profiles).await;
+    let [read, failed] = wait_load(&s, |a, b| a.read_at_ms.is_some() && b.error.is_some()).await;
+    let counts = s.server.control().load.error_counts();
+    s.stop().await;
+    assert_eq!((read.state.load, read.error.as_deref()), (Some(42.0), None), "{read:#?}");
+    let error = failed.error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("cannot use source address 2001:db8::77: "), "{failed:#?}");
+    assert!(counts.iter().any(|((_, e, reason), n)| e == "v6" && *reason == "source" && *n > 0));
+    let source: IpAddr = "127.0.0.7".parse().unwrap();
+    let peers = v4_peers.lock().unwrap().clone();
+    assert!(!peers.is_empty() && peers.iter().all(|p| *p == source), "v4: {peers:?}");
+    assert!(v6_peers.lock().unwrap().is_empty(), "the v6 feed was read from another source");
+
+    let s = Running::start_with(&with_source("192.0.2.77"), &profiles).await;
+    let [failed, _] = wait_load(&s, |a, _| a.error.is_some()).await;
+    s.stop().await;
+    let error = failed.error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("cannot use source address 192.0.2.77: "), "{failed:#?}");
 }

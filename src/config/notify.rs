@@ -21,6 +21,10 @@ pub const MAX_HEADERS: usize = 16;
 pub const SECRET_FILE_LIMIT: Limit =
     Limit { bytes: 4096, set_by: "the limit of notify.webhooks[].secret_file" };
 
+/// How often open alerts are sent to Alertmanager again by default: well within its
+/// default `resolve_timeout` (5 minutes), after which it resolves an alert not sent again.
+pub const DEFAULT_ALERT_REFRESH: Duration = Duration::from_secs(60);
+
 /// The path Alertmanager's v2 API takes alerts at.
 pub const ALERTMANAGER_PATH: &str = "/api/v2/alerts";
 
@@ -93,11 +97,33 @@ fn webhook(sink: &mut Sink<'_>, raw: &RawWebhook, base: &Path) -> Option<Webhook
     let headers = headers(sink, raw);
     let secret = raw.secret_file.as_ref().and_then(|f| secret(sink, f, base));
     let secret_ok = raw.secret_file.is_none() || secret.is_some();
-    match (name_ok, format, url, timeout, secret_ok) {
-        (true, Some(format), Some(url), Some(timeout), true) => {
-            Some(Webhook { name, url, format, timeout, headers, secret, retries })
+    let refresh = refresh(sink, raw.refresh.as_ref(), format);
+    match (name_ok, format, url, timeout, secret_ok, refresh) {
+        (true, Some(format), Some(url), Some(timeout), true, Some(refresh)) => {
+            Some(Webhook { name, url, format, timeout, headers, secret, retries, refresh })
         }
         _ => None,
+    }
+}
+
+/// `refresh`: only for Alertmanager, whose `resolve_timeout` it must stay within; bounded
+/// below so that a mistake cannot flood the receiver, above so that alerts stay open.
+fn refresh(
+    sink: &mut Sink<'_>,
+    raw: Option<&Loc<String>>,
+    format: Option<Format>,
+) -> Option<Duration> {
+    let Some(raw) = raw else { return Some(DEFAULT_ALERT_REFRESH) };
+    if format.is_some_and(|f| f != Format::Alertmanager) {
+        sink.on(raw, "notify.webhooks[].refresh applies to format: alertmanager only");
+        return None;
+    }
+    let d = duration(sink, raw, "notify.webhooks[].refresh")?;
+    if (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d) {
+        Some(d)
+    } else {
+        sink.on(raw, "notify.webhooks[].refresh must be between 1s and 1h");
+        None
     }
 }
 
@@ -190,11 +216,13 @@ mod tests {
         let yaml = "webhooks:\n  - name: ops\n    url: https://hooks.example.net/steerdns\n    \
                     format: slack\n    timeout: 2s\n    headers: {X-Team: dns}\n    \
                     secret_file: token\n    retries: 3\n  - name: am\n    \
-                    url: http://127.0.0.1:9093/\n    format: alertmanager\nqueue: 50\n";
+                    url: http://127.0.0.1:9093/\n    format: alertmanager\n  - name: am2\n    \
+                    url: http://127.0.0.1:9094\n    format: alertmanager\n    refresh: 20s\n\
+                    queue: 50\n";
         let (settings, errors) = load(yaml, dir.path());
         assert_eq!(errors, Vec::<String>::new());
         let s = settings.unwrap();
-        assert_eq!((s.queue, s.server.as_str(), s.webhooks.len()), (50, "ns1", 2));
+        assert_eq!((s.queue, s.server.as_str(), s.webhooks.len()), (50, "ns1", 3));
         let ops = &s.webhooks[0];
         assert_eq!(ops.url.to_string(), "https://hooks.example.net/steerdns");
         assert_eq!(
@@ -210,6 +238,8 @@ mod tests {
             (am.format, am.timeout, am.retries, am.secret.is_none()),
             (Format::Alertmanager, Duration::from_secs(5), 5, true)
         );
+        assert_eq!(am.refresh, Duration::from_secs(60));
+        assert_eq!(s.webhooks[2].refresh, Duration::from_secs(20));
     }
 
     #[test]
@@ -219,12 +249,17 @@ mod tests {
         let yaml = "webhooks:\n  - name: ops\n    url: ftp://x/\n    format: teams\n  \
                     - name: ops\n    url: http://h/\n    timeout: 5m\n    retries: 99\n    \
                     headers: {Host: x}\n    secret_file: missing\n  - name: a b\n    \
-                    url: http://h/\n    secret_file: empty\nqueue: 0\n";
+                    url: http://h/\n    secret_file: empty\n    refresh: 1m\n  \
+                    - name: am\n    url: http://h/\n    format: alertmanager\n    \
+                    refresh: 500ms\nqueue: 0\n";
         let (_, errors) = load(yaml, dir.path());
         let starts: Vec<&str> = errors.iter().map(|e| e.split(' ').next().unwrap()).collect();
         assert_eq!(
             starts,
-            ["14:8", "4:13", "3:10", "5:11", "7:14", "8:14", "9:14", "10:18", "11:11", "13:18"],
+            [
+                "19:8", "4:13", "3:10", "5:11", "7:14", "8:14", "9:14", "10:18", "11:11", "13:18",
+                "14:14", "18:14"
+            ],
             "{errors:#?}"
         );
         let all = errors.join("\n");
@@ -238,6 +273,8 @@ mod tests {
             "cannot read",
             "a b",
             "one token",
+            "refresh applies to format: alertmanager only",
+            "refresh must be between 1s and 1h",
         ] {
             assert!(all.contains(want), "{want}: {all}");
         }

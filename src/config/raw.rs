@@ -109,6 +109,10 @@ pub struct RawWebhook {
     /// Attempts after the first when the receiver cannot be reached or answers other than
     /// 2xx, after 1s, 2s, 4s... (at most 60s) apart: 0..20 (default 5).
     pub retries: Option<Loc<Int>>,
+    /// `format: alertmanager` only: how often the alerts still open are sent again, to stay
+    /// within the Alertmanager's `resolve_timeout`: 1s..1h (default 1m).
+    #[schemars(with = "Option<DurationText>")]
+    pub refresh: Option<Loc<String>>,
 }
 
 /// `flatten:`: the resolvers of flattened host names and the serve-stale rules (every key
@@ -173,9 +177,9 @@ pub struct RawLoad {
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Probe")]
 pub struct RawProbe {
-    /// The address probes connect from: an IPv4 address, an IPv6 address, or a list of
-    /// at most one of each. Probes to an address of the other family let the system
-    /// choose. Applies from each probe's next check after a reload.
+    /// The address probes (and pulled load feeds) connect from: an IPv4 address, an IPv6
+    /// address, or a list of at most one of each. Probes to an address of the other family
+    /// let the system choose. Applies from each probe's next check after a reload.
     #[schemars(with = "Option<SourceAddress>")]
     pub source_address: Option<Loc<SourceAddresses>>,
 }

@@ -30,6 +30,9 @@ pub struct Webhook {
     pub secret: Option<Secret>,
     /// Attempts after the first.
     pub retries: u32,
+    /// Alertmanager: how often the alerts still open are sent again (unused by the other
+    /// formats).
+    pub refresh: Duration,
 }
 
 /// The shape of the request body.

@@ -137,8 +137,8 @@ pub struct AdminLimits {
     pub header_read_timeout: Duration,
 }
 
-/// The addresses health probes connect from (`probe.source_address`): at most one of
-/// each family; a family without one lets the system choose.
+/// The addresses health probes and load feeds connect from (`probe.source_address`): at
+/// most one of each family; a family without one lets the system choose.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeSource {
     pub v4: Option<Ipv4Addr>,

@@ -6,8 +6,9 @@
 //!
 //! The request goes out over the probes' HTTP/1.1 reader (`http`: bounded head, interim
 //! responses and chunk lines) and their TLS clients (the system's roots),
-//! on a fresh connection each time (from `probe.source_address` for a health feed); every
-//! failure is a `FeedError` with a plain message and a short `reason` for the error counter.
+//! on a fresh connection each time, from `probe.source_address` (load and health feeds
+//! alike); every failure is a `FeedError` with a plain message and a short `reason` for
+//! the error counter.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -33,7 +34,7 @@ pub enum FeedError {
     Resolve { host: String, error: String },
     #[error("cannot connect to {addr}: {error}")]
     Connect { addr: SocketAddr, error: String },
-    /// Binding the probes' source address failed (health feeds only).
+    /// Binding the probes' source address (`probe.source_address`) failed.
     #[error("cannot use source address {address}: {error}")]
     Source { address: IpAddr, error: String },
     #[error("TLS handshake failed: {0}")]
@@ -173,15 +174,16 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// One reading of `url`, bounded by `timeout` from start to end, from an address the
-    /// system chooses.
+    /// One reading of `url`, bounded by `timeout` from start to end, connecting from the
+    /// `sources` address of the feed address's family.
     pub async fn read(
         &self,
         url: &FeedUrl,
         extract: Extract<'_>,
         timeout: Duration,
+        sources: ProbeSource,
     ) -> Result<f64, FeedError> {
-        let body = self.body(url, timeout, ProbeSource::default()).await?;
+        let body = self.body(url, timeout, sources).await?;
         parse_body(&body, extract)
     }
 
@@ -354,7 +356,8 @@ mod served {
 
     async fn read(addr: SocketAddr, path: &str, extract: Extract<'_>) -> Result<f64, FeedError> {
         let url = FeedUrl::parse(&format!("http://{addr}{path}"), "*/*").expect("url");
-        Reader::default().read(&url, extract, Duration::from_millis(500)).await
+        let sources = ProbeSource::default();
+        Reader::default().read(&url, extract, Duration::from_millis(500), sources).await
     }
 
     #[tokio::test]

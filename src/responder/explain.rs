@@ -15,6 +15,7 @@ use super::{Packet, Transport, respond};
 use crate::geo::rum::MeasuredLatency;
 use crate::model::health::{HealthView, Status};
 use crate::model::snapshot::Snapshot;
+use crate::model::{Endpoint, Target};
 use crate::routing::{LoadLookup, Trace};
 use crate::wire::Rcode;
 use crate::wire::name::WireName;
@@ -106,6 +107,74 @@ impl HealthView for AllHealthy<'_> {
     }
 }
 
+/// The profiles `name` leads to: its own, then every profile it nests, each once (ids in
+/// `snap.profiles`); none when no profile has that name.
+pub fn profiles_reached(snap: &Snapshot, name: &Name) -> Vec<usize> {
+    let Some(first) = snap.profile_by_name(&WireName::from_name(name)) else { return Vec::new() };
+    let mut seen = vec![first];
+    let mut next = 0;
+    while let Some(&id) = seen.get(next) {
+        next += 1;
+        for ep in &snap.profiles[id].endpoints {
+            if let Target::Nested(n) = &ep.target
+                && !seen.contains(&n.child)
+            {
+                seen.push(n.child);
+            }
+        }
+    }
+    seen
+}
+
+/// Whether explain lists `ep`'s monitors: when it has several, or one that is not a probe
+/// (pushed, file), whose status is not simply a probe's.
+pub fn lists_monitors(ep: &Endpoint) -> bool {
+    ep.monitors.len() > 1 || ep.monitors.iter().any(|m| !m.is_probed())
+}
+
+/// What `steerdns explain` shows for monitors, which it does not run: each endpoint the
+/// name leads to with several monitors (or a pushed or file one), as the admin API's
+/// explain selects them, with its rule and the status `health` gives it (online, or
+/// degraded when marked `--down`, one of the `downs`), and each monitor as configured.
+pub fn configured_monitors(
+    snap: &Snapshot,
+    health: &dyn HealthView,
+    downs: &[(usize, Status)],
+    name: &Name,
+) -> Vec<EndpointMonitors> {
+    let mut out = Vec::new();
+    for id in profiles_reached(snap, name) {
+        let p = &snap.profiles[id];
+        for ep in &p.endpoints {
+            let Some(slot) = ep.health_slot.filter(|_| lists_monitors(ep)) else { continue };
+            let status = health.status(slot);
+            let reason = if downs.iter().any(|(s, _)| *s == slot) {
+                "marked down with --down".to_string()
+            } else {
+                format!("not probed offline: taken as {}", status.as_str())
+            };
+            let monitors = ep.monitors.iter().map(|m| MonitorResult {
+                name: m.name.clone(),
+                protocol: m.protocol.as_str().to_string(),
+                status: NOT_PROBED.to_string(),
+                reason: String::new(),
+            });
+            out.push(EndpointMonitors {
+                profile: p.name.clone(),
+                endpoint: ep.name.clone(),
+                status: status.as_str().to_string(),
+                reason,
+                rule: ep.monitor_rule.to_string(),
+                monitors: monitors.collect(),
+            });
+        }
+    }
+    out
+}
+
+/// A monitor's status in `steerdns explain`, which runs no probe.
+pub const NOT_PROBED: &str = "not probed offline";
+
 /// Resolves `name` (absolute, or relative to the only zone) to an absolute name.
 pub fn absolute(snap: &Snapshot, name: &str) -> Result<Name, ExplainError> {
     let bad = || ExplainError::Name(name.to_string());
@@ -140,7 +209,9 @@ pub fn down_slots(snap: &Snapshot, downs: &[String]) -> Result<Vec<(usize, Statu
 
 /// Answers `name`/`qtype` for a query from `client` with `health` and the `measured`
 /// latency of real users (`None`: none) — the responder the wire runs, run once with a
-/// trace — and shows the answer with the decision that produced it.
+/// trace — and shows the answer with the decision that produced it. With `loads` (what
+/// the load control loop last computed, by profile and endpoint name) the trace also
+/// shows a loaded endpoint's load, utilisation and target beside its share.
 pub fn explain(
     snap: &Snapshot,
     health: &dyn HealthView,
@@ -148,35 +219,10 @@ pub fn explain(
     qtype: RecordType,
     client: IpAddr,
     measured: Option<&MeasuredLatency>,
-) -> Explanation {
-    explain_traced(snap, health, name, qtype, client, measured, Trace::default())
-}
-
-/// `explain`, with what the load control loop last computed for each endpoint (`loads`,
-/// by profile and endpoint name): the trace then shows a loaded endpoint's load,
-/// utilisation and target beside its share and what the draw did.
-pub fn explain_with_loads(
-    snap: &Snapshot,
-    health: &dyn HealthView,
-    name: &Name,
-    qtype: RecordType,
-    client: IpAddr,
-    measured: Option<&MeasuredLatency>,
-    loads: LoadLookup,
-) -> Explanation {
-    explain_traced(snap, health, name, qtype, client, measured, Trace::with_loads(loads))
-}
-
-fn explain_traced(
-    snap: &Snapshot,
-    health: &dyn HealthView,
-    name: &Name,
-    qtype: RecordType,
-    client: IpAddr,
-    measured: Option<&MeasuredLatency>,
-    trace: Trace,
+    loads: Option<LoadLookup>,
 ) -> Explanation {
     const SEED: u64 = 0x005e_edde_c1de;
+    let trace = loads.map_or_else(Trace::default, Trace::with_loads);
     let query = query_bytes(name, qtype, client);
     let mut out = Vec::new();
     let mut rng = SmallRng::seed_from_u64(SEED);
@@ -259,7 +305,12 @@ impl std::fmt::Display for Explanation {
                 e.profile, e.endpoint, e.status, e.rule, e.reason
             )?;
             for m in &e.monitors {
-                writeln!(f, "    {} ({}): {}: {}", m.name, m.protocol, m.status, m.reason)?;
+                write!(f, "    {} ({}): {}", m.name, m.protocol, m.status)?;
+                if m.reason.is_empty() {
+                    writeln!(f)?;
+                } else {
+                    writeln!(f, ": {}", m.reason)?;
+                }
             }
         }
         Ok(())

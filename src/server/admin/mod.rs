@@ -501,14 +501,14 @@ async fn explain_query(
     let loads = c.load.current();
     let lookup: crate::routing::LoadLookup =
         Box::new(move |p, e| loads.get(p, e).map(|entry| entry.state.clone()));
-    let mut explained = explain::explain_with_loads(
+    let mut explained = explain::explain(
         &snap,
         &*snap.health,
         &abs,
         qtype,
         client,
         measured.as_deref(),
-        lookup,
+        Some(lookup),
     );
     if c.cluster.is_some() {
         explained.health = probes::vantage_of(&c.prober, &snap, &abs);

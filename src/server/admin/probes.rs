@@ -12,8 +12,9 @@ use crate::FastMap;
 use crate::model::vantage::View;
 use crate::model::{Snapshot, Target};
 use crate::probe::{EndpointState, Prober};
-use crate::responder::explain::{EndpointHealth, EndpointMonitors, MonitorResult, VantagePoint};
-use crate::wire::name::WireName;
+use crate::responder::explain::{
+    self, EndpointHealth, EndpointMonitors, MonitorResult, VantagePoint,
+};
 
 /// The extra fields of every leaf endpoint of `profile` (absolute name), by endpoint name:
 /// built once per profile, so that its details cost grows with its endpoints, not with
@@ -86,21 +87,11 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// nests) that has several, or a pushed or file one, for the admin API's explain.
 pub fn monitors_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<EndpointMonitors> {
     let mut out = Vec::new();
-    let Some(first) = snap.profile_by_name(&WireName::from_name(name)) else { return out };
-    let (mut todo, mut seen) = (vec![first], vec![first]);
-    while let Some(id) = todo.pop() {
+    for id in explain::profiles_reached(snap, name) {
         let p = &snap.profiles[id];
-        for ep in &p.endpoints {
-            if let Target::Nested(n) = &ep.target
-                && !seen.contains(&n.child)
-            {
-                seen.push(n.child);
-                todo.push(n.child);
-            }
-        }
         let shown = |s: &EndpointState| {
             let ep = p.endpoints.iter().find(|e| e.name == s.endpoint);
-            ep.is_some_and(|e| e.monitors.len() > 1 || e.monitors.iter().any(|m| !m.is_probed()))
+            ep.is_some_and(explain::lists_monitors)
         };
         for s in prober.profile_states(&p.name).into_iter().filter(shown) {
             let Some(c) = s.monitors else { continue };
@@ -127,18 +118,12 @@ pub fn monitors_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<Endpoin
 /// to, and of the profiles it nests, for the admin API's explain.
 pub fn vantage_of(prober: &Prober, snap: &Snapshot, name: &Name) -> Vec<EndpointHealth> {
     let mut out = Vec::new();
-    let Some(first) = snap.profile_by_name(&WireName::from_name(name)) else { return out };
-    let (mut todo, mut seen) = (vec![first], vec![first]);
-    while let Some(id) = todo.pop() {
+    for id in explain::profiles_reached(snap, name) {
         let p = &snap.profiles[id];
         let mut states: FastMap<String, EndpointState> =
             prober.profile_states(&p.name).into_iter().map(|s| (s.endpoint.clone(), s)).collect();
         for ep in &p.endpoints {
-            if let Target::Nested(n) = &ep.target {
-                if !seen.contains(&n.child) {
-                    seen.push(n.child);
-                    todo.push(n.child);
-                }
+            if matches!(ep.target, Target::Nested(_)) {
                 continue;
             }
             let Some(state) = states.remove(&ep.name) else { continue };

@@ -20,6 +20,7 @@ use super::publisher::{LoadPublisher, LocalPublisher};
 use super::{LoadMap, Loads};
 use crate::model::Snapshot;
 use crate::model::load::{FeedSource, LoadRules, MetricSelector};
+use crate::model::snapshot::ProbeSource;
 use crate::probe::pull::{Extract, FeedError, FeedUrl, Reader};
 use crate::server::control::Control;
 
@@ -132,7 +133,7 @@ impl Stepper {
         if self.generation != Some(snap.generation) {
             self.follow(snap);
         }
-        let reads = self.read_all(rules).await;
+        let reads = self.read_all(rules, snap.probe_source).await;
         let prev = self.loads.current();
         let number = prev.step + 1;
         let (now, wall) = (Instant::now(), SystemTime::now());
@@ -163,7 +164,9 @@ impl Stepper {
         self.loads.pushed.retain(|p, e| pushed.contains(&(p, e)));
     }
 
-    async fn read_all(&mut self, rules: &LoadRules) -> PulledReads {
+    /// Reads every pulled feed, connecting from `sources` (`probe.source_address`), as
+    /// health feeds do.
+    async fn read_all(&mut self, rules: &LoadRules, sources: ProbeSource) -> PulledReads {
         let mut tasks = JoinSet::new();
         for job in &self.jobs {
             let (job, reader, slots) = (job.clone(), self.reader.clone(), self.slots.clone());
@@ -171,7 +174,7 @@ impl Stepper {
             tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await;
                 let got = match &job.url {
-                    Ok(url) => reader.read(url, job.what.extract(), timeout).await,
+                    Ok(url) => reader.read(url, job.what.extract(), timeout, sources).await,
                     Err(e) => Err(e.clone()),
                 };
                 (job, got)

@@ -33,7 +33,7 @@ pub fn body(format: Format, change: &Change, server: &str) -> Option<Vec<u8>> {
 /// Alertmanager's body that keeps the alerts of `open` firing (each the last change of its
 /// subject, to a status that does not serve), with their first `startsAt`; `None` when
 /// nothing is open. Alertmanager resolves an alert not sent again within its
-/// `resolve_timeout`, so open alerts are sent again every `ALERT_REFRESH`.
+/// `resolve_timeout`, so open alerts are sent again every `refresh` of the webhook.
 pub fn refresh<'a>(open: impl IntoIterator<Item = &'a Change>, server: &str) -> Option<Vec<u8>> {
     let list: Vec<Value> = open.into_iter().map(|c| alert(c, &c.to, server)).collect();
     if list.is_empty() {

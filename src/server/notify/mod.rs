@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use hyper::body::Bytes;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, broadcast, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::cluster::leader::Leadership;
@@ -38,10 +39,6 @@ use send::Attempt;
 
 /// The name of the leadership role whose leader sends notifications.
 pub const ROLE: &str = "notify";
-
-/// How often open alerts are sent to Alertmanager again: well within its default
-/// `resolve_timeout` (5 minutes), after which it resolves an alert not sent again.
-pub const ALERT_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a webhook's queue holds.
 #[derive(Clone, Debug)]
@@ -93,6 +90,7 @@ impl Notifier {
             settings: None,
             profiles: HashMap::new(),
             open: BTreeMap::new(),
+            due: HashMap::new(),
             tls: Arc::new(Clients::default()),
         };
         let task = tokio::spawn(dispatcher.run(events));
@@ -165,26 +163,27 @@ struct Dispatcher {
     /// The last change of each endpoint and profile whose status does not serve, by
     /// (profile, endpoint; empty for a profile): the alerts open at Alertmanager.
     open: BTreeMap<(String, String), Change>,
+    /// When each Alertmanager webhook sends the open alerts again next (its `refresh`
+    /// after the last time), by name.
+    due: HashMap<String, Instant>,
     tls: Arc<Clients>,
 }
 
 impl Dispatcher {
     async fn run(mut self, mut events: broadcast::Receiver<Event>) {
         self.follow_snapshot();
-        let start = tokio::time::Instant::now() + ALERT_REFRESH;
-        let mut refresh = tokio::time::interval_at(start, ALERT_REFRESH);
-        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut leading = self.leading.clone();
         loop {
+            let next_refresh = self.due.values().min().copied();
             let first = tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                _ = refresh.tick() => {
-                    self.refresh();
+                _ = tokio::time::sleep_until(next_refresh.unwrap_or_else(Instant::now)), if next_refresh.is_some() => {
+                    self.refresh(false);
                     continue;
                 }
                 // A new leader sends the open alerts at once: the old one sends them no more.
                 Ok(()) = async { leading.as_mut().expect("guarded").changed().await }, if leading.is_some() => {
-                    self.refresh();
+                    self.refresh(true);
                     continue;
                 }
                 changed = self.snapshots.replaced.changed() => {
@@ -254,18 +253,40 @@ impl Dispatcher {
         self.leading.as_ref().is_none_or(|l| *l.borrow())
     }
 
-    /// Queues the open alerts for every Alertmanager webhook (only when leading).
-    fn refresh(&mut self) {
+    /// Queues the open alerts for the Alertmanager webhooks whose refresh is due, or for
+    /// every one with `all` (only when leading), and schedules each one's next.
+    fn refresh(&mut self, all: bool) {
         let Some(settings) = self.settings.clone() else { return };
-        if !self.is_leading() {
+        let now = Instant::now();
+        let mut hooks = Vec::new();
+        for hook in settings.webhooks.iter().filter(|h| h.format == Format::Alertmanager) {
+            if all || self.due.get(&hook.name).is_some_and(|at| *at <= now) {
+                self.due.insert(hook.name.clone(), now + hook.refresh);
+                hooks.push(&hook.name);
+            }
+        }
+        if hooks.is_empty() || !self.is_leading() {
             return;
         }
         let Some(body) = format::refresh(self.open.values(), &settings.server) else { return };
         let body = Bytes::from(body);
-        for hook in settings.webhooks.iter().filter(|h| h.format == Format::Alertmanager) {
-            if let Some(w) = self.workers.get(&hook.name) {
+        for name in hooks {
+            if let Some(w) = self.workers.get(name) {
                 w.push(&[Message::Refresh(body.clone())]);
             }
+        }
+    }
+
+    /// Keeps a next refresh for each Alertmanager webhook of the settings, no later than
+    /// its `refresh` from now (a shorter one applies at once), and none for the others.
+    fn follow_refresh(&mut self) {
+        let hooks = self.settings.as_ref().map_or(&[][..], |s| &s.webhooks[..]);
+        let alertmanagers = || hooks.iter().filter(|h| h.format == Format::Alertmanager);
+        self.due.retain(|name, _| alertmanagers().any(|h| &h.name == name));
+        let now = Instant::now();
+        for hook in alertmanagers() {
+            let at = self.due.entry(hook.name.clone()).or_insert(now + hook.refresh);
+            *at = (*at).min(now + hook.refresh);
         }
     }
 
@@ -306,6 +327,7 @@ impl Dispatcher {
             }
         }
         self.settings = settings;
+        self.follow_refresh();
     }
 
     fn spawn(&self, target: Arc<Target>, capacity: usize) -> Worker {
