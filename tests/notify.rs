@@ -387,6 +387,12 @@ async fn a_hanging_receiver_delays_neither_answers_nor_other_webhooks() {
         fine.bodies().iter().any(|b| b["to"] == "degraded" && b["kind"] == "endpoint")
     })
     .await;
+    // Its first message may reach the stuck receiver after the fine one took the failure:
+    // each webhook has its own sender.
+    eventually(PATIENCE, "the stuck receiver holds its first message", async || {
+        !stuck.requests().is_empty()
+    })
+    .await;
     assert_eq!(stuck.requests().len(), 1, "the stuck webhook is still on its first message");
     let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     sock.connect(dns).await.unwrap();
@@ -460,6 +466,9 @@ fn fired(body: &Value) -> Vec<(String, String)> {
 /// alert resolved since is not among them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alertmanager_gets_the_open_alerts_again_after_each_refresh() {
+    // Its probes every second and refreshes every second would share two cores with the
+    // cluster test's replicas, whose recorded changes it would then delay.
+    let _heavy = common::one_heavy_test_at_a_time().await;
     let a = HttpBackend::start("127.0.0.7").await;
     let b = HttpBackend::start("127.0.0.8").await;
     let c = HttpBackend::start("127.0.0.9").await;
