@@ -127,30 +127,26 @@ fn past_rmem_max() -> Option<u64> {
     Some((2 * rmem_max()).max(1 << 20)).filter(|&b| b <= 256 << 20)
 }
 
-/// Root (CAP_NET_ADMIN) in CI; elsewhere the test says it skips.
-fn privileged() -> bool {
+/// What a receive buffer test needs: `ss`, a size past rmem_max, and root (CAP_NET_ADMIN,
+/// as in CI); `None`, after saying why, when one is missing.
+fn buffer_test() -> Option<(std::path::PathBuf, u64)> {
+    let ss = require_tool("ss", "iproute2")?;
+    let Some(asked) = past_rmem_max() else {
+        eprintln!("skipping: net.core.rmem_max is past the largest receive buffer");
+        return None;
+    };
     // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        assert!(
-            !tools_required(),
-            "setting a receive buffer past rmem_max needs root: CI runs as root"
-        );
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!tools_required(), "a receive buffer past rmem_max needs root: CI runs as root");
         eprintln!("skipping: setting a receive buffer past net.core.rmem_max needs root");
+        return None;
     }
-    root
+    Some((ss, asked))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_receive_buffer_is_set_past_rmem_max_with_cap_net_admin() {
-    let Some(ss) = require_tool("ss", "iproute2") else { return };
-    let Some(asked) = past_rmem_max() else {
-        eprintln!("skipping: net.core.rmem_max is past the largest receive buffer");
-        return;
-    };
-    if !privileged() {
-        return;
-    }
+    let Some((ss, asked)) = buffer_test() else { return };
     let dir = tempfile::tempdir().unwrap();
     let more = format!("  udp_threads: 2\n  udp_receive_buffer: {asked}\n");
     let server = Server::start(&config_with(dir.path(), "\"127.0.0.1:0\"", &more)).await.unwrap();
@@ -178,18 +174,8 @@ async fn udp_receive_buffer_is_set_past_rmem_max_with_cap_net_admin() {
 /// kernel caps the buffer at rmem_max, and the server says so.
 #[test]
 fn udp_receive_buffer_capped_by_rmem_max_without_cap_net_admin_is_a_warning() {
-    let (Some(ss), Some(setpriv)) =
-        (require_tool("ss", "iproute2"), require_tool("setpriv", "util-linux"))
-    else {
-        return;
-    };
-    let Some(asked) = past_rmem_max() else {
-        eprintln!("skipping: net.core.rmem_max is past the largest receive buffer");
-        return;
-    };
-    if !privileged() {
-        return;
-    }
+    let Some(setpriv) = require_tool("setpriv", "util-linux") else { return };
+    let Some((ss, asked)) = buffer_test() else { return };
     let dir = tempfile::tempdir().unwrap();
     let addr = free_port(std::net::Ipv4Addr::LOCALHOST);
     let more = format!("  udp_threads: 1\n  udp_receive_buffer: {asked}\n");
