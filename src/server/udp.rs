@@ -54,8 +54,7 @@ pub fn bind(addr: SocketAddr, count: usize, receive_buffer: usize) -> io::Result
             Ok(s.into())
         })
         .collect::<io::Result<Vec<_>>>()?;
-    let receive_buffer =
-        got.unwrap_or(ReceiveBuffer { asked: receive_buffer, got: 0, forced: false });
+    let receive_buffer = got.unwrap_or(ReceiveBuffer { asked: receive_buffer, got: 0 });
     Ok(Bound { sockets, receive_buffer })
 }
 
@@ -73,9 +72,6 @@ pub struct ReceiveBuffer {
     /// What the kernel allots, halved: Linux doubles the size asked for its own
     /// bookkeeping, and reports the doubled value.
     pub got: usize,
-    /// Set with SO_RCVBUFFORCE (the process has CAP_NET_ADMIN), which `net.core.rmem_max`
-    /// does not cap; otherwise with SO_RCVBUF, which it does.
-    pub forced: bool,
 }
 
 impl ReceiveBuffer {
@@ -100,11 +96,11 @@ fn set_receive_buffer(s: &Socket, bytes: usize) -> io::Result<ReceiveBuffer> {
             len,
         )
     };
-    let forced = rc == 0;
-    if !forced {
+    // Without CAP_NET_ADMIN: SO_RCVBUF, which `net.core.rmem_max` caps.
+    if rc != 0 {
         s.set_recv_buffer_size(bytes)?;
     }
-    Ok(ReceiveBuffer { asked: bytes, got: s.recv_buffer_size()? / 2, forced })
+    Ok(ReceiveBuffer { asked: bytes, got: s.recv_buffer_size()? / 2 })
 }
 
 /// Replies leave with DF set and are never fragmented here, as RFC 9715 asks of DNS
