@@ -66,6 +66,7 @@ macro_rules! wire_tests {
             nested_disabled_child_makes_parent_fail_over,
             udp_and_tcp_give_the_same_answer,
             malformed_udp_flood_does_not_break_the_server,
+            a_burst_of_answers_leaves_no_reply_behind,
         );
     };
     (@cases $via:expr; $($case:ident,)*) => {
@@ -1058,4 +1059,40 @@ pub async fn malformed_udp_flood_does_not_break_the_server(h: &Harness) {
     let two = [question(&fq("www"), T_A), question(&fq("api"), T_A)].concat();
     let r = Reply::new(h.udp_bytes(&packet(0x4001, 0, [2, 0, 0, 0], &two)).await);
     assert_eq!(r.rcode(), FORMERR);
+}
+
+/// Answers to a burst larger than every ring and buffer of the server's UDP path all leave
+/// it at once: a query after the burst is answered as promptly as before it, not after
+/// replies stranded by the burst trickle out.
+pub async fn a_burst_of_answers_leaves_no_reply_behind(h: &Harness) {
+    let mut socks = Vec::new();
+    for _ in 0..4 {
+        let sock = h.fresh_udp().await.into_std().unwrap();
+        sock.set_nonblocking(false).unwrap();
+        socks.push(sock);
+    }
+    // Blocking sends from two threads: faster than the server answers, so its batches
+    // come full.
+    std::thread::scope(|scope| {
+        for pair in socks.chunks(2) {
+            scope.spawn(move || {
+                for i in 0..16384 {
+                    let q = Q::new(&fq("www"), T_A).bytes();
+                    let _ = pair[i % 2].send(&q);
+                }
+            });
+        }
+    });
+    let r = h.udp(&Q::new(&fq("www"), T_A)).await;
+    assert_eq!(r.single(), "A 192.0.2.10");
+    let mut replies = 0;
+    for s in &socks {
+        s.set_nonblocking(true).unwrap();
+        let mut buf = vec![0u8; 65535];
+        while let Ok(n) = s.recv(&mut buf) {
+            assert_eq!(Reply::new(buf[..n].to_vec()).single(), "A 192.0.2.10");
+            replies += 1;
+        }
+    }
+    assert!(replies > 0, "the burst got no reply at all");
 }

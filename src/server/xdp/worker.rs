@@ -55,10 +55,12 @@ pub fn serve(mut xsk: Xsk, shared: Shared, mut log: UdpLog, cancel: Cancellation
     while !cancel.is_cancelled() {
         // Sent frames go back to the fill ring first, so the kernel can receive into them.
         while xsk.reclaim(&mut scratch) == BATCH {}
+        // Replies the kernel did not take last time (a busy device) go before new ones.
+        xsk.kick();
         let n = xsk.receive(&mut descs);
         if n == 0 {
             let _ = log.current();
-            xsk.wait(POLL_MS);
+            xsk.wait(if xsk.sending() { 1 } else { POLL_MS });
             continue;
         }
         if xsk.fill_needs_wakeup() {

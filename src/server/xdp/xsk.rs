@@ -118,6 +118,12 @@ impl<T: Copy> Ring<T> {
         n
     }
 
+    /// Entries given to the kernel that it has not taken yet.
+    fn pending(&self) -> u32 {
+        let prod = self.producer().load(Ordering::Relaxed);
+        prod.wrapping_sub(self.consumer().load(Ordering::Acquire))
+    }
+
     /// Gives `items` to the kernel. Never more than fits: every ring holds every frame.
     fn give(&self, items: &[T]) {
         let prod = self.producer().load(Ordering::Relaxed);
@@ -276,13 +282,30 @@ impl Xsk {
         self.fill.give(addrs);
     }
 
-    /// Queues replies, then wakes the kernel to send them.
+    /// Queues replies, then has the kernel send them.
     pub fn send(&self, descs: &[libc::xdp_desc]) {
-        if descs.is_empty() {
-            return;
+        if !descs.is_empty() {
+            self.tx.give(descs);
         }
-        self.tx.give(descs);
-        if self.copying == Copying::Copy || self.tx.needs_wakeup() {
+        self.kick();
+    }
+
+    /// Whether replies wait in the TX ring for the kernel.
+    pub fn sending(&self) -> bool {
+        self.tx.pending() > 0
+    }
+
+    /// Has the kernel send what the TX ring holds. In copy mode each call sends only a
+    /// few dozen frames (32 on current kernels) and nothing sends the rest until the next
+    /// call, so a burst would strand frames in the ring until the fill ring ran dry: call
+    /// until the ring is empty or the kernel takes nothing (device busy; the worker's next
+    /// turn tries again). In zero-copy mode the driver sends on its own once woken.
+    pub fn kick(&self) {
+        let mut pending = self.tx.pending();
+        while pending > 0 {
+            if self.copying == Copying::ZeroCopy && !self.tx.needs_wakeup() {
+                return;
+            }
             // SAFETY: a zero-length send on our own socket only kicks transmission.
             unsafe {
                 libc::sendto(
@@ -294,6 +317,11 @@ impl Xsk {
                     0,
                 )
             };
+            let left = self.tx.pending();
+            if self.copying == Copying::ZeroCopy || left >= pending {
+                return;
+            }
+            pending = left;
         }
     }
 
