@@ -68,6 +68,12 @@ impl Bed {
     /// Starts steerdns with sockets on `port` and the admin API on `admin`, its log in
     /// `dir/log`, without waiting.
     fn spawn(&self, dir: &Path, port: u16, admin: u16) -> Child {
+        self.spawn_through(dir, port, admin, &[])
+    }
+
+    /// `spawn`, with steerdns started by the command `through` (which ends by running its
+    /// arguments).
+    fn spawn_through(&self, dir: &Path, port: u16, admin: u16, through: &[&str]) -> Child {
         let config = format!(
             r#"listen:
   dns: ["{SERVER}:{port}", "[{SERVER6}]:{port}"]
@@ -90,7 +96,9 @@ zones:
         std::fs::create_dir_all(dir.join("profiles")).unwrap();
         std::fs::write(dir.join("steerdns.yaml"), config).unwrap();
         Command::new("ip")
-            .args(["netns", "exec", &self.server_ns, env!("CARGO_BIN_EXE_steerdns"), "serve"])
+            .args(["netns", "exec", &self.server_ns])
+            .args(through)
+            .args([env!("CARGO_BIN_EXE_steerdns"), "serve"])
             .arg("-c")
             .arg(dir.join("steerdns.yaml"))
             .stdout(Stdio::null())
@@ -487,4 +495,100 @@ mod wire {
     use crate::wire_tests;
 
     wire_tests!(Via::Xdp);
+}
+
+/// What steerdns, started through `through`, wrote before it exited, which it must do
+/// with a failure.
+fn refusal(bed: &Bed, through: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = bed.spawn_through(dir.path(), 53, 8053, through);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            stop(&mut child, libc::SIGKILL);
+            panic!("steerdns started although it should have refused");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    assert!(!bed.has_program(), "a refused start left a program attached");
+    std::fs::read_to_string(dir.path().join("log")).unwrap()
+}
+
+/// Without the capabilities BPF needs, or with too little lockable memory for the
+/// sockets' packet memory, the server refuses to start and names what is missing.
+#[test]
+fn missing_privileges_and_locked_memory_are_named() {
+    let Some(_) = require_tool("setpriv", "util-linux") else { return };
+    let Some(_) = require_tool("prlimit", "util-linux") else { return };
+    let Some(bed) = Bed::new() else { return };
+    let log = refusal(&bed, &["setpriv", "--bounding-set=-bpf,-sys_admin,-perfmon", "--"]);
+    assert!(
+        log.contains("listen.xdp needs CAP_NET_ADMIN, CAP_BPF (or CAP_SYS_ADMIN) and CAP_NET_RAW"),
+        "{log}"
+    );
+    let log = refusal(
+        &bed,
+        &["setpriv", "--bounding-set=-ipc_lock", "--", "prlimit", "--memlock=1048576", "--"],
+    );
+    assert!(log.contains("exceed the locked-memory limit (raise RLIMIT_MEMLOCK"), "{log}");
+}
+
+/// The sum of every series of the counter `name` on the server's metrics.
+fn metric_sum(bed: &Bed, name: &str) -> u64 {
+    let text = bed.in_server(&["curl", "-sf", "http://127.0.0.1:8053/metrics"]);
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(['{', ' '])))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A counter of the server's interface, from sysfs.
+fn interface_counter(bed: &Bed, name: &str) -> u64 {
+    let path = format!("/sys/class/net/{}/statistics/{name}", bed.server_if);
+    bed.in_server(&["cat", &path]).trim().parse().unwrap()
+}
+
+/// A burst the server cannot keep up with: each query is either answered, and its reply
+/// leaves the interface at once, or counted in `steerdns_xdp_dropped_frames_total`.
+#[test]
+fn every_query_of_a_burst_is_answered_or_counted_as_dropped() {
+    let Some(_) = require_tool("kdig", "knot-dnsutils") else { return };
+    let Some(bed) = Bed::new() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bed.serve(dir.path());
+    let answered_before = metric_sum(&bed, "steerdns_queries_total");
+    let sent_before = interface_counter(&bed, "tx_packets");
+    let queries = 32768;
+    {
+        let _inside = bed.enter_client();
+        let sock = std::net::UdpSocket::bind((client_v4(1), 0)).unwrap();
+        sock.connect((SERVER_V4, 53)).unwrap();
+        for i in 0..queries {
+            let mut q = a_query("www.xdp.test");
+            q[..2].copy_from_slice(&(i as u16).to_be_bytes());
+            sock.send(&q).expect("send");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (answered, dropped) = loop {
+        let answered = metric_sum(&bed, "steerdns_queries_total") - answered_before;
+        let dropped = metric_sum(&bed, "steerdns_xdp_dropped_frames_total");
+        if answered + dropped >= queries || Instant::now() > deadline {
+            break (answered, dropped);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(answered + dropped, queries, "answered {answered}, dropped {dropped}");
+    assert!(dropped > 0, "the burst did not outrun the server: nothing was dropped");
+    // Replies stranded in the send ring would leave only slowly, long after the burst.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while interface_counter(&bed, "tx_packets") - sent_before < answered {
+        assert!(Instant::now() < deadline, "replies left behind in the send ring");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(&mut server, libc::SIGTERM);
 }

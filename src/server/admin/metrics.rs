@@ -63,6 +63,10 @@ const HELP: &[(&str, &str)] = &[
         "steerdns_xdp_malformed_frames",
         "Frames the AF_XDP fast path dropped because they held no whole UDP datagram",
     ),
+    (
+        "steerdns_xdp_dropped_frames",
+        "Frames for the AF_XDP fast path the kernel dropped before a worker saw them, by reason",
+    ),
     ("steerdns_dnssec_signed_answers", "Answers that carried DNSSEC signatures"),
     (
         "steerdns_dnssec_signatures",
@@ -135,6 +139,14 @@ pub fn render(control: &Control) -> String {
     if snap.listen.xdp.is_some() {
         let malformed = control.xdp_stats.malformed.load(Ordering::Relaxed);
         counters.insert(Series::new("steerdns_xdp_malformed_frames", vec![]), malformed);
+        let stats = &control.xdp_stats;
+        for (reason, n) in
+            [("no_free_frame", &stats.no_free_frame), ("rx_ring_full", &stats.rx_ring_full)]
+        {
+            let series =
+                Series::new("steerdns_xdp_dropped_frames", vec![("reason", reason.into())]);
+            counters.insert(series, n.load(Ordering::Relaxed));
+        }
     }
     let signing = snap.sign_counts.totals();
     counters.insert(Series::new("steerdns_dnssec_signed_answers", vec![]), signing.answers);

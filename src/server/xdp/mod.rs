@@ -33,6 +33,11 @@ pub enum XdpError {
     Sys(#[from] SysError),
     #[error("listen.xdp: AF_XDP socket on {interface} queue {queue}: {source}")]
     Socket { interface: String, queue: u32, source: io::Error },
+    #[error(
+        "listen.xdp: AF_XDP socket on {interface} queue {queue}: its {} MiB of packet memory exceed the locked-memory limit (raise RLIMIT_MEMLOCK, e.g. LimitMEMLOCK=infinity under systemd, or grant CAP_IPC_LOCK)",
+        xsk::UMEM_BYTES >> 20
+    )]
+    LockedMemory { interface: String, queue: u32 },
     #[error("listen.xdp: starting a worker thread: {0}")]
     Thread(io::Error),
 }
@@ -130,6 +135,8 @@ pub fn start(
                 Some(libc::EPERM | libc::EACCES) => {
                     XdpError::Privilege(SysError::Call { what: "opening an AF_XDP socket", source })
                 }
+                // Registering the UMEM fails so when it would pass the process's limit.
+                Some(libc::ENOBUFS) => XdpError::LockedMemory { interface, queue },
                 _ => XdpError::Socket { interface, queue, source },
             }
         })?;

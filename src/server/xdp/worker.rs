@@ -23,18 +23,37 @@ use super::super::dnstap::{Exchange, Time, UdpLog, UdpTap};
 use super::super::rrl::Limiter;
 use super::super::rum::Rum;
 use super::super::udp::answer;
-use super::xsk::{FRAME_SIZE, Xsk};
+use super::xsk::{FRAME_SIZE, KernelDrops, Xsk};
 
 /// Frames taken per batch.
 const BATCH: usize = 64;
 /// How long an idle worker waits before checking for shutdown, in milliseconds.
 const POLL_MS: i32 = 200;
+/// A busy worker reads the kernel's drop counts once per this many batches (an idle one
+/// on every wakeup).
+const DROPS_EVERY: u32 = 1024;
 
 /// What the fast path counted that the responder's counters do not see.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Frames the XDP program sent to a socket that did not hold a whole UDP datagram.
     pub malformed: AtomicU64,
+    /// Frames the kernel dropped for want of a free frame to receive into.
+    pub no_free_frame: AtomicU64,
+    /// Frames the kernel dropped because a socket's RX ring was full.
+    pub rx_ring_full: AtomicU64,
+}
+
+impl Stats {
+    /// Adds what one socket's kernel counts grew by since `last`, and remembers them.
+    fn add_drops(&self, xsk: &Xsk, last: &mut KernelDrops) {
+        let Ok(now) = xsk.drops() else { return };
+        let grown = |now: u64, then: u64| now.saturating_sub(then);
+        self.no_free_frame
+            .fetch_add(grown(now.no_free_frame, last.no_free_frame), Ordering::Relaxed);
+        self.rx_ring_full.fetch_add(grown(now.rx_ring_full, last.rx_ring_full), Ordering::Relaxed);
+        *last = now;
+    }
 }
 
 /// Everything a worker shares with the rest of the server.
@@ -52,12 +71,18 @@ pub fn serve(mut xsk: Xsk, shared: Shared, mut log: UdpLog, cancel: Cancellation
     let mut replies = [libc::xdp_desc { addr: 0, len: 0, options: 0 }; BATCH];
     let mut unanswered = [0u64; BATCH];
     let mut scratch = [0u64; BATCH];
+    let mut drops = KernelDrops::default();
+    let mut batches = 0u32;
     while !cancel.is_cancelled() {
         // Sent frames go back to the fill ring first, so the kernel can receive into them.
         while xsk.reclaim(&mut scratch) == BATCH {}
         // Replies the kernel did not take last time (a busy device) go before new ones.
         xsk.kick();
         let n = xsk.receive(&mut descs);
+        batches = batches.wrapping_add(1);
+        if n == 0 || batches.is_multiple_of(DROPS_EVERY) {
+            shared.stats.add_drops(&xsk, &mut drops);
+        }
         if n == 0 {
             let _ = log.current();
             xsk.wait(if xsk.sending() { 1 } else { POLL_MS });

@@ -14,8 +14,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes of one UMEM frame: a page, the chunk size every driver takes.
 pub const FRAME_SIZE: usize = 4096;
-/// Frames per socket (8 MiB of UMEM); also the size of every ring.
+/// Frames per socket; also the size of every ring.
 const FRAMES: u32 = 2048;
+/// Bytes of one socket's UMEM, locked in memory: they count against RLIMIT_MEMLOCK unless
+/// the process has CAP_IPC_LOCK.
+pub const UMEM_BYTES: usize = FRAMES as usize * FRAME_SIZE;
 
 /// How the socket moves frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +27,16 @@ pub enum Copying {
     ZeroCopy,
     /// The kernel copies each frame: every driver, veth included, offers this.
     Copy,
+}
+
+/// Frames the kernel dropped before they reached the socket, as counted since it opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelDrops {
+    /// No free frame to receive into: replies or queries held every frame (or the frame was
+    /// larger than one).
+    pub no_free_frame: u64,
+    /// The RX ring was full: the worker fell behind.
+    pub rx_ring_full: u64,
 }
 
 /// A mapped region, unmapped on drop.
@@ -175,7 +188,7 @@ impl Xsk {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
         let umem = mmap(
-            FRAMES as usize * FRAME_SIZE,
+            UMEM_BYTES,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
             -1,
@@ -338,6 +351,27 @@ impl Xsk {
         let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    }
+
+    /// What the kernel dropped on its way to this socket since it was opened.
+    pub fn drops(&self) -> io::Result<KernelDrops> {
+        // SAFETY: all-zero is a valid value of this plain struct, which the kernel fills.
+        let mut stats: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: `stats` is as large as `len` says.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&raw mut stats).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(KernelDrops { no_free_frame: stats.rx_dropped, rx_ring_full: stats.rx_ring_full })
     }
 
     /// Whether the kernel waits for a wakeup to use the fill ring again.
