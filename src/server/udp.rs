@@ -38,8 +38,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// Binds `count` sockets sharing `addr` (SO_REUSEPORT) so the kernel spreads packets,
 /// each with a receive buffer of `receive_buffer` bytes.
 pub fn bind(addr: SocketAddr, count: usize, receive_buffer: usize) -> io::Result<Bound> {
-    let mut got = None;
-    let sockets = (0..count.max(1))
+    let bound = (0..count.max(1))
         .map(|_| {
             let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
             if addr.is_ipv6() {
@@ -47,15 +46,15 @@ pub fn bind(addr: SocketAddr, count: usize, receive_buffer: usize) -> io::Result
             }
             s.set_reuse_port(true)?;
             let buffer = set_receive_buffer(&s, receive_buffer)?;
-            got.get_or_insert(buffer);
             let _ = never_fragment(&s, addr);
             s.set_read_timeout(Some(POLL))?;
             s.bind(&addr.into())?;
-            Ok(s.into())
+            Ok((s.into(), buffer))
         })
-        .collect::<io::Result<Vec<_>>>()?;
-    let receive_buffer = got.unwrap_or(ReceiveBuffer { asked: receive_buffer, got: 0 });
-    Ok(Bound { sockets, receive_buffer })
+        .collect::<io::Result<Vec<(UdpSocket, ReceiveBuffer)>>>()?;
+    // At least one socket: `count.max(1)`.
+    let receive_buffer = bound[0].1;
+    Ok(Bound { sockets: bound.into_iter().map(|(s, _)| s).collect(), receive_buffer })
 }
 
 /// The sockets `bind` made for one address.
