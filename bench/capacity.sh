@@ -20,8 +20,10 @@
 # it can, replies dropped), per server and name set (static: A records; routed: a weighted
 # name — for Knot, which has no routing, the same name as a static record), in ROUNDS
 # rounds whose server order rotates. Reported: median and range. When the lowest failing
-# rate failed because kxdpgun sent less than 97 % of it, the generator's core was the
-# limit: the figure is marked as a floor, not a capacity.
+# rate failed because kxdpgun sent less than 97 % of it, or because most of the missing
+# answers were replies the generator's side of the veth pair had no room for (its receive
+# ring full: the server's interface counts them as dropped on sending), the generator's
+# core was the limit: the figure is marked as a floor, not a capacity.
 #
 # Answers are counted as the frames the server side sent during the run (and half a
 # second after it, for queries still queued), while kxdpgun drops the replies unread
@@ -230,17 +232,21 @@ stop_server() {
 }
 
 # 4. One run: offered rate -> answered share (percent), answers and queries sent per second.
-gun() {  # gun RATE QUERYFILE [extra kxdpgun args] -> "answered_pct replies_per_s sent_per_s"
-  local out a0 a1
+# The fourth figure: replies the server's interface dropped because the generator's
+# receive ring was full, in percent of the queries.
+gun() {  # gun RATE QUERYFILE [extra kxdpgun args] -> "answered_pct replies_per_s sent_per_s peer_drop_pct"
+  local out a0 a1 d0 d1
   a0=$(in_s cat "/sys/class/net/$IF_S/statistics/tx_packets")
+  d0=$(in_s cat "/sys/class/net/$IF_S/statistics/tx_dropped")
   out=$(in_g taskset -c "$GEN_CPU" kxdpgun -t "$DURATION" -Q "$1" -i "$2" -I "$IF_G" -r \
         -F "${GEN_CPU}s1" "${@:3}" $SRV 2>&1) || true
   sleep 0.5
   a1=$(in_s cat "/sys/class/net/$IF_S/statistics/tx_packets")
+  d1=$(in_s cat "/sys/class/net/$IF_S/statistics/tx_dropped")
   echo "$out" >>"$WORK/gun.log"
-  awk -v r=$((a1 - a0)) '/total queries:/ { q = $3 }
-       END { if (q > 0) printf "%.2f %d %d\n", 100 * r / q, r / '"$DURATION"', q / '"$DURATION"'
-             else print "0 0 0" }' <<<"$out"
+  awk -v r=$((a1 - a0)) -v d=$((d1 - d0)) '/total queries:/ { q = $3 }
+       END { if (q > 0) printf "%.2f %d %d %.2f\n", 100 * r / q, r / '"$DURATION"', q / '"$DURATION"', 100 * d / q
+             else print "0 0 0 0" }' <<<"$out"
 }
 
 # The generator's ceiling: the rate it reaches offering far more than it can, replies
@@ -253,18 +259,21 @@ ceiling() {
 }
 
 # capacity QUERYFILE CEILING -> "RATE BOUND": the highest rate with >= 98 % answered, and
-# whether the bisection's lowest failing rate failed because the generator could not
-# send it (sent < 97 % of offered: the limit was the generator's core, not the server).
+# whether the bisection's lowest failing rate failed for the generator's core rather than
+# the server: 1 when the generator could not send it (sent < 97 % of offered), 2 when at
+# least half of the missing answers were replies its receive ring had no room for.
 capacity() {
-  local lo=0 hi=$2 mid pct sent bound=1
+  local lo=0 hi=$2 mid pct sent drop bound=1
   while (( hi - lo > hi / 50 + 1000 )); do
     mid=$(( (lo + hi) / 2 ))
-    read -r pct _ sent < <(gun "$mid" "$1")
+    read -r pct _ sent drop < <(gun "$mid" "$1")
+    echo "capacity step: rate $mid answered ${pct}% sent $sent/s peer drops ${drop}%" >>"$WORK/gun.log"
     if awk -v p="$pct" -v s="$sent" -v m="$mid" 'BEGIN { exit !(p >= 98 && s >= m * 0.97) }'; then
       lo=$mid
     else
       hi=$mid
-      bound=$(awk -v s="$sent" -v m="$mid" 'BEGIN { print (s < m * 0.97) ? 1 : 0 }')
+      bound=$(awk -v s="$sent" -v m="$mid" -v p="$pct" -v d="$drop" \
+        'BEGIN { print (s < m * 0.97) ? 1 : (d >= (100 - p) / 2) ? 2 : 0 }')
     fi
   done
   echo "$lo $bound"
@@ -330,7 +339,7 @@ for s in "${SV[@]}"; do
     caps=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { print $4 }' "$RESULTS" | sort -n)
     [[ -n $caps ]] || continue
     costs=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { print $6 }' "$RESULTS" | sort -n)
-    bounds=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n { b += $5 } END { print b + 0 }' "$RESULTS")
+    bounds=$(awk -F'\t' -v s="$s" -v n="$name" '$2 == s && $3 == n && $5 > 0 { b++ } END { print b + 0 }' "$RESULTS")
     m=$(med <<<"$caps"); c=$(med <<<"$costs")
     tag=; (( bounds > 0 )) && tag="  (generator-bound in $bounds round(s): a floor, not a capacity)"
     printf '%-10s %-7s %10d  %-15s %8s %14s%s\n' "$s" "$name" "$m" \
