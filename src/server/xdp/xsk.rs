@@ -175,6 +175,21 @@ fn setsockopt<T>(fd: i32, name: i32, value: &T) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Reads the `SOL_XDP` option `name` of socket `fd`.
+///
+/// # Safety
+/// `T` must be a plain struct of integers (all-zero valid), the one the kernel fills for
+/// `name`.
+unsafe fn getsockopt<T>(fd: i32, name: i32) -> io::Result<T> {
+    // SAFETY: all-zero is a valid `T`, as the caller promises.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is as large as `len` says.
+    let rc =
+        unsafe { libc::getsockopt(fd, libc::SOL_XDP, name, (&raw mut value).cast(), &mut len) };
+    if rc == 0 { Ok(value) } else { Err(io::Error::last_os_error()) }
+}
+
 impl Xsk {
     /// Opens a socket on queue `queue` of interface `ifindex`: zero-copy if the driver
     /// offers it, else copy mode.
@@ -211,22 +226,8 @@ impl Xsk {
         ] {
             setsockopt(raw, ring, &(FRAMES as libc::c_int))?;
         }
-        // SAFETY: all-zero is a valid value of this plain struct, which the kernel fills.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` is as large as `len` says.
-        let rc = unsafe {
-            libc::getsockopt(
-                raw,
-                libc::SOL_XDP,
-                libc::XDP_MMAP_OFFSETS,
-                (&raw mut off).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // SAFETY: a plain struct of integers.
+        let off: libc::xdp_mmap_offsets = unsafe { getsockopt(raw, libc::XDP_MMAP_OFFSETS)? };
         let fill = Ring::map(raw, &off.fr, libc::XDP_UMEM_PGOFF_FILL_RING)?;
         let completion = Ring::map(raw, &off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
         let rx = Ring::map(raw, &off.rx, libc::XDP_PGOFF_RX_RING as u64)?;
@@ -355,22 +356,8 @@ impl Xsk {
 
     /// What the kernel dropped on its way to this socket since it was opened.
     pub fn drops(&self) -> io::Result<KernelDrops> {
-        // SAFETY: all-zero is a valid value of this plain struct, which the kernel fills.
-        let mut stats: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: `stats` is as large as `len` says.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd(),
-                libc::SOL_XDP,
-                libc::XDP_STATISTICS,
-                (&raw mut stats).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // SAFETY: a plain struct of integers.
+        let stats: libc::xdp_statistics = unsafe { getsockopt(self.fd(), libc::XDP_STATISTICS)? };
         Ok(KernelDrops { no_free_frame: stats.rx_dropped, rx_ring_full: stats.rx_ring_full })
     }
 
