@@ -142,11 +142,32 @@ zones:
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 
+    /// The server's metrics page.
+    fn metrics(&self) -> String {
+        self.in_server(&["curl", "-sf", "http://127.0.0.1:8053/metrics"])
+    }
+
+    /// The value of the label-less series `name`.
     fn metric(&self, name: &str) -> u64 {
-        let text = self.in_server(&["curl", "-sf", "http://127.0.0.1:8053/metrics"]);
+        let text = self.metrics();
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    }
+
+    /// The sum of every series of the counter `name`.
+    fn metric_sum(&self, name: &str) -> u64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(['{', ' '])))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// A counter of the server's interface, from sysfs.
+    fn interface_counter(&self, name: &str) -> u64 {
+        let path = format!("/sys/class/net/{}/statistics/{name}", self.server_if);
+        self.in_server(&["cat", &path]).trim().parse().unwrap()
     }
 }
 
@@ -537,21 +558,6 @@ fn missing_privileges_and_locked_memory_are_named() {
     assert!(log.contains("exceed the locked-memory limit (raise RLIMIT_MEMLOCK"), "{log}");
 }
 
-/// The sum of every series of the counter `name` on the server's metrics.
-fn metric_sum(bed: &Bed, name: &str) -> u64 {
-    let text = bed.in_server(&["curl", "-sf", "http://127.0.0.1:8053/metrics"]);
-    text.lines()
-        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(['{', ' '])))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
-/// A counter of the server's interface, from sysfs.
-fn interface_counter(bed: &Bed, name: &str) -> u64 {
-    let path = format!("/sys/class/net/{}/statistics/{name}", bed.server_if);
-    bed.in_server(&["cat", &path]).trim().parse().unwrap()
-}
-
 /// A burst the server cannot keep up with: each query is either answered, and its reply
 /// leaves the interface at once, or counted in `steerdns_xdp_dropped_frames_total`.
 #[test]
@@ -560,8 +566,8 @@ fn every_query_of_a_burst_is_answered_or_counted_as_dropped() {
     let Some(bed) = Bed::new() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut server = bed.serve(dir.path());
-    let answered_before = metric_sum(&bed, "steerdns_queries_total");
-    let sent_before = interface_counter(&bed, "tx_packets");
+    let answered_before = bed.metric_sum("steerdns_queries_total");
+    let sent_before = bed.interface_counter("tx_packets");
     let queries = 32768;
     {
         let _inside = bed.enter_client();
@@ -575,8 +581,8 @@ fn every_query_of_a_burst_is_answered_or_counted_as_dropped() {
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let (answered, dropped) = loop {
-        let answered = metric_sum(&bed, "steerdns_queries_total") - answered_before;
-        let dropped = metric_sum(&bed, "steerdns_xdp_dropped_frames_total");
+        let answered = bed.metric_sum("steerdns_queries_total") - answered_before;
+        let dropped = bed.metric_sum("steerdns_xdp_dropped_frames_total");
         if answered + dropped >= queries || Instant::now() > deadline {
             break (answered, dropped);
         }
@@ -586,7 +592,7 @@ fn every_query_of_a_burst_is_answered_or_counted_as_dropped() {
     assert!(dropped > 0, "the burst did not outrun the server: nothing was dropped");
     // Replies stranded in the send ring would leave only slowly, long after the burst.
     let deadline = Instant::now() + Duration::from_secs(2);
-    while interface_counter(&bed, "tx_packets") - sent_before < answered {
+    while bed.interface_counter("tx_packets") - sent_before < answered {
         assert!(Instant::now() < deadline, "replies left behind in the send ring");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -137,9 +137,9 @@ pub fn render(control: &Control) -> String {
         counters.insert(series, n.load(Ordering::Relaxed));
     }
     if snap.listen.xdp.is_some() {
-        let malformed = control.xdp_stats.malformed.load(Ordering::Relaxed);
-        counters.insert(Series::new("steerdns_xdp_malformed_frames", vec![]), malformed);
         let stats = &control.xdp_stats;
+        let malformed = stats.malformed.load(Ordering::Relaxed);
+        counters.insert(Series::new("steerdns_xdp_malformed_frames", vec![]), malformed);
         for (reason, n) in
             [("no_free_frame", &stats.no_free_frame), ("rx_ring_full", &stats.rx_ring_full)]
         {

@@ -315,28 +315,28 @@ impl Xsk {
     /// until the ring is empty or the kernel takes nothing (device busy; the worker's next
     /// turn tries again). In zero-copy mode the driver sends on its own once woken.
     pub fn kick(&self) {
+        if self.copying == Copying::ZeroCopy {
+            if self.tx.pending() > 0 && self.tx.needs_wakeup() {
+                self.wake_tx();
+            }
+            return;
+        }
         let mut pending = self.tx.pending();
         while pending > 0 {
-            if self.copying == Copying::ZeroCopy && !self.tx.needs_wakeup() {
-                return;
-            }
-            // SAFETY: a zero-length send on our own socket only kicks transmission.
-            unsafe {
-                libc::sendto(
-                    self.fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
+            self.wake_tx();
             let left = self.tx.pending();
-            if self.copying == Copying::ZeroCopy || left >= pending {
+            if left >= pending {
                 return;
             }
             pending = left;
         }
+    }
+
+    fn wake_tx(&self) {
+        // SAFETY: a zero-length send on our own socket only kicks transmission.
+        unsafe {
+            libc::sendto(self.fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0)
+        };
     }
 
     /// Moves sent frames back to the fill ring; returns how many.
